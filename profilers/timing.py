@@ -1,0 +1,84 @@
+"""Timing a kernel launch: CUDA events with the L2 flushed (GPU), or wall clock (interpreter).
+
+:func:`gpu_median_seconds` follows ``triton.testing.do_bench``: estimate one call's time,
+choose the number of repetitions for a target total, then time every repetition with its own
+pair of CUDA events after overwriting an L2-sized buffer, so no run is served from the cache
+warmed by the previous one. The statistic is the median.
+
+:func:`wall_median_seconds` is for Triton's interpreter on a CPU: its numbers only rank
+candidates on the same machine and are never GPU results.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["TimingSettings", "gpu_median_seconds", "wall_median_seconds"]
+
+
+@dataclass(frozen=True)
+class TimingSettings:
+    """How long and how often to time one case."""
+
+    target_ms: float = 100.0  # total timed duration aimed for, per case
+    warmup_ms: float = 25.0
+    min_reps: int = 10
+    max_reps: int = 1000
+    flush_bytes: int = 256 * 1024 * 1024  # larger than any current GPU's L2
+    interpreter_reps: int = 3
+
+
+def gpu_median_seconds(
+    fn: Callable[[], Any], settings: TimingSettings = TimingSettings()
+) -> tuple[float, list[float]]:
+    """Median seconds of ``fn()`` on the current CUDA device, L2 flushed before each call.
+
+    Returns the median and all samples (seconds). ``fn`` must already be compiled.
+    """
+    import torch
+
+    flush = torch.empty(settings.flush_bytes // 4, dtype=torch.int32, device="cuda")
+    torch.cuda.synchronize()
+
+    # Estimate the cost of one call (flush included) to size warm-up and repetitions.
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        flush.zero_()
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    estimate_ms = max(start.elapsed_time(end) / 5, 1e-3)
+    warmup = max(1, int(settings.warmup_ms / estimate_ms))
+    reps = int(settings.target_ms / estimate_ms)
+    reps = max(settings.min_reps, min(settings.max_reps, reps))
+
+    for _ in range(warmup):
+        fn()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for i in range(reps):
+        flush.zero_()
+        starts[i].record()
+        fn()
+        ends[i].record()
+    torch.cuda.synchronize()
+    samples = [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends)]
+    del flush
+    return statistics.median(samples), samples
+
+
+def wall_median_seconds(
+    fn: Callable[[], Any], settings: TimingSettings = TimingSettings()
+) -> tuple[float, list[float]]:
+    """Median wall-clock seconds of ``fn()`` over ``interpreter_reps`` calls (CPU only)."""
+    samples = []
+    for _ in range(max(1, settings.interpreter_reps)):
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples), samples

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Set up ktuned in ./.venv (idempotent). Usage: bash scripts/setup.sh [--dev]
+#   GPU box (python3 already has a CUDA PyTorch and Triton): a venv that sees those packages,
+#     ktuned installed into it without downloading anything.
+#   CPU machine: torch==2.13.0 (CPU build) and Triton from PyPI; kernels then run in Triton's
+#     interpreter.
+#   --dev adds the test and lint tools (pytest, ruff, mypy, hypothesis).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+DEV=0
+[ "${1:-}" = "--dev" ] && DEV=1
+
+"$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)' || {
+    echo "setup: ktuned needs Python >= 3.10; set PYTHON=/path/to/python3.10+" >&2; exit 2; }
+
+if "$PY" -c 'import torch, triton, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    MODE=gpu
+else
+    MODE=cpu
+fi
+STAMP=".venv/.ktuned-setup"
+WANT="$MODE dev=$DEV $(sha256sum pyproject.toml | cut -c1-16)"
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && [ -x .venv/bin/ktuned ]; then
+    exit 0
+fi
+
+echo "setup: preparing .venv for a $MODE machine (this takes a minute the first time)" >&2
+if [ "$MODE" = gpu ]; then
+    "$PY" -m venv --system-site-packages .venv
+    # Everything ktuned needs is already there; install ktuned itself without touching the network.
+    .venv/bin/python -m pip install -q --no-deps --no-build-isolation -e .
+    if [ "$DEV" = 1 ]; then
+        .venv/bin/python -m pip install -q -e '.[dev]' \
+            || echo "setup: dev tools could not be installed here (offline?); tests need pytest" >&2
+    fi
+else
+    "$PY" -m venv .venv
+    .venv/bin/python -m pip install -q --upgrade pip
+    .venv/bin/python -m pip install -q torch==2.13.0
+    .venv/bin/python -m pip install -q "triton>=3.6,<4"
+    if [ "$DEV" = 1 ]; then
+        .venv/bin/python -m pip install -q -e '.[dev]'
+    else
+        .venv/bin/python -m pip install -q -e .
+    fi
+fi
+echo "$WANT" > "$STAMP"

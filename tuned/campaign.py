@@ -1,0 +1,175 @@
+"""Tuning one kernel generation on one machine: baseline, then policy-chosen candidates.
+
+Resumable by construction: everything is read back from the store, a candidate is recorded
+before it is evaluated and its result after, and the random generator of step ``n`` is seeded
+from ``(seed, n)``. A killed run, started again, evaluates exactly the candidates that have no
+result yet, and never one that has.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from policies import Policy, SearchSpace, Trial, make_policy, restore_policy
+from tuned.evaluation.client import WorkerClient
+from tuned.outcomes import Candidate, EvalResult, Outcome, Provenance
+from tuned.registry.spec import KernelSpec
+from tuned.store.base import TrialRow
+from tuned.store.sqlite import SqliteStore
+
+__all__ = ["Campaign", "CampaignSummary", "TuneSettings"]
+
+
+@dataclass(frozen=True)
+class TuneSettings:
+    """``budget``: evaluated candidates (besides the baseline) each kernel generation should
+    have on this machine's fingerprint; a rerun continues up to it."""
+
+    budget: int
+    policy: str = "random"
+    seed: int = 0
+
+
+@dataclass
+class CampaignSummary:
+    kernel: str
+    baseline_s: float | None = None
+    best_s: float | None = None
+    best_knobs: dict[str, object] = field(default_factory=dict)
+    evaluations: int = 0
+    outcomes: Counter[str] = field(default_factory=Counter)
+    new_evaluations: int = 0
+    worker_seconds: float = 0.0
+    timing_kind: str = ""
+    note: str = ""
+
+    @property
+    def speedup(self) -> float | None:
+        if self.baseline_s is None or self.best_s is None:
+            return None
+        return self.baseline_s / self.best_s
+
+    @property
+    def failures(self) -> dict[str, int]:
+        return {k: v for k, v in sorted(self.outcomes.items()) if k != Outcome.OK.value}
+
+
+OnResult = Callable[[KernelSpec, Candidate, EvalResult, "CampaignSummary"], None]
+
+
+class Campaign:
+    """Drives the policy for one kernel until its budget is reached or its space exhausted."""
+
+    def __init__(self, *, spec: KernelSpec, store: SqliteStore, client: WorkerClient,
+                 fingerprint: str, settings: TuneSettings,
+                 on_result: OnResult | None = None) -> None:
+        self.spec = spec
+        self.store = store
+        self.client = client
+        self.fingerprint = fingerprint
+        self.settings = settings
+        self.on_result = on_result
+
+    def remaining(self) -> int:
+        """Evaluations still to do (baseline included), at most; the space may end earlier."""
+        trials = self._trials()
+        has_baseline = any(t.provenance is Provenance.ORIGINAL for t in trials)
+        done = sum(1 for t in trials if t.provenance is not Provenance.ORIGINAL)
+        space = self.spec.space_size() if self.spec.knobs else 0
+        todo = max(0, min(self.settings.budget, space) - done)
+        return todo + (0 if has_baseline else 1)
+
+    def run(self) -> CampaignSummary:
+        summary = CampaignSummary(kernel=self.spec.name)
+        baseline = self._baseline()
+        if baseline.result.outcome is not Outcome.OK:
+            summary.note = (f"the original fails ({baseline.result.outcome.value}: "
+                            f"{baseline.result.reason}); fix the entry, nothing was tuned")
+            return self._summarize(summary)
+        policy = self._policy()
+        space = SearchSpace(knobs=self.spec.knobs)
+        while True:
+            trials = self._trials()
+            done = sum(1 for t in trials if t.provenance is not Provenance.ORIGINAL)
+            if done >= self.settings.budget:
+                break
+            rng = np.random.default_rng([self.settings.seed, len(trials)])
+            suggestion = policy.suggest(space, [_as_policy_trial(t) for t in trials], rng)
+            if suggestion is None:
+                summary.note = "knob space exhausted"
+                break
+            candidate = Candidate(kernel=self.spec.name, generation=self.spec.generation,
+                                  source=self.spec.module_source, knobs=dict(suggestion.knobs),
+                                  provenance=Provenance.PARAMETRIC,
+                                  strategy=suggestion.strategy, parent_id=suggestion.parent_id)
+            row = self._evaluate(candidate, summary)
+            policy.observe(suggestion, _as_policy_trial(row))
+            self.store.save_policy_state(self.spec.name, self.spec.generation, self.fingerprint,
+                                         self.settings.policy, policy.to_dict())
+        return self._summarize(summary)
+
+    # -- steps
+
+    def _trials(self) -> list[TrialRow]:
+        return self.store.trials(self.spec.name, self.spec.generation, self.fingerprint)
+
+    def _baseline(self) -> TrialRow:
+        for t in self._trials():
+            if t.provenance is Provenance.ORIGINAL:
+                return t
+        candidate = Candidate(kernel=self.spec.name, generation=self.spec.generation,
+                              source=self.spec.module_source, knobs=dict(self.spec.baseline_knobs),
+                              provenance=Provenance.ORIGINAL, strategy="original")
+        return self._evaluate(candidate, None)
+
+    def _evaluate(self, candidate: Candidate, summary: CampaignSummary | None) -> TrialRow:
+        self.store.add_candidate(candidate)
+        started = time.time()
+        t0 = time.monotonic()
+        result = self.client.evaluate(self.spec, candidate)
+        wall = time.monotonic() - t0
+        self.store.record_evaluation(candidate, self.fingerprint, result,
+                                     started_at=started, wall_s=wall)
+        if summary is not None:
+            summary.new_evaluations += 1
+        if self.on_result is not None:
+            self.on_result(self.spec, candidate, result,
+                           self._summarize(CampaignSummary(kernel=self.spec.name)))
+        return TrialRow(candidate_id=candidate.id, knobs=candidate.knobs,
+                        provenance=candidate.provenance, strategy=candidate.strategy,
+                        parent_id=candidate.parent_id, source_hash="", result=result,
+                        wall_s=wall)
+
+    def _policy(self) -> Policy:
+        state = self.store.policy_state(self.spec.name, self.spec.generation, self.fingerprint,
+                                        self.settings.policy)
+        if state is not None:
+            return restore_policy(self.settings.policy, state)
+        return make_policy(self.settings.policy)
+
+    def _summarize(self, summary: CampaignSummary) -> CampaignSummary:
+        """Fill the figures from the store (all evaluations of this generation, this machine)."""
+        for t in self._trials():
+            summary.outcomes[t.result.outcome.value] += 1
+            summary.worker_seconds += t.wall_s
+            if t.provenance is not Provenance.ORIGINAL:
+                summary.evaluations += 1
+            if t.result.outcome is not Outcome.OK or t.result.time_s is None:
+                continue
+            summary.timing_kind = t.result.timing_kind
+            if t.provenance is Provenance.ORIGINAL:
+                summary.baseline_s = t.result.time_s
+            if summary.best_s is None or t.result.time_s < summary.best_s:
+                summary.best_s, summary.best_knobs = t.result.time_s, dict(t.knobs)
+        return summary
+
+
+def _as_policy_trial(row: TrialRow) -> Trial:
+    return Trial(candidate_id=row.candidate_id, knobs=row.knobs,
+                 outcome=row.result.outcome.value, time_s=row.result.time_s,
+                 strategy=row.strategy or row.provenance.value, parent_id=row.parent_id)

@@ -1,0 +1,227 @@
+"""The ``ktuned`` command line.
+
+Exit codes: 0 success, 1 an environment failure (store, worker), 2 bad input (arguments,
+registry entries), 130 interrupted (progress is saved; the same command resumes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from tuned import __version__
+from tuned.campaign import CampaignSummary, OnResult, TuneSettings
+from tuned.errors import BadInputError, TunedError
+from tuned.evaluation.client import EvaluationSettings
+from tuned.report import Progress, format_seconds, summary_table
+from tuned.store.sqlite import SqliteStore
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from policies import POLICIES
+
+    parser = argparse.ArgumentParser(prog="ktuned", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"ktuned {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def state_dir(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--state-dir", type=Path, default=None,
+                       help="where the store lives (default: $KTUNED_STATE_DIR, else "
+                            "$XDG_STATE_HOME/ktuned, else ~/.local/state/ktuned)")
+
+    tune = sub.add_parser("tune", help="tune a registry directory or one entry, bounded")
+    tune.add_argument("path", type=Path, help="registry directory, entry directory or kernel.yaml")
+    tune.add_argument("--budget", type=_positive_int, default=8,
+                      help="evaluated candidates per kernel besides the baseline; a rerun "
+                           "continues up to it (default: 8)")
+    tune.add_argument("--policy", default="random", choices=sorted(POLICIES),
+                      help="search policy (default: random)")
+    tune.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    tune.add_argument("--device", choices=("auto", "gpu", "interpreter"), default="auto",
+                      help="auto: the GPU if CUDA is usable, else Triton's interpreter")
+    tune.add_argument("--interpreter-max-size", type=_positive_int, default=1 << 22,
+                      help="interpreter only: skip shapes whose product of dimensions is "
+                           "larger (default: 4194304)")
+    tune.add_argument("--phase-timeout", type=float, default=300.0,
+                      help="deadline in seconds of each evaluation phase (default: 300)")
+    state_dir(tune)
+
+    status = sub.add_parser("status", help="kernels in the store, their best and their state")
+    state_dir(status)
+
+    best = sub.add_parser("best", help="the best variant of a kernel: knobs and source")
+    best.add_argument("kernel")
+    best.add_argument("--json", action="store_true", help="print one JSON object")
+    state_dir(best)
+
+    registry = sub.add_parser("registry", help="registry tools")
+    registry_sub = registry.add_subparsers(dest="registry_command", required=True)
+    check = registry_sub.add_parser("check", help="validate every entry and print each problem")
+    check.add_argument("path", type=Path)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="ktuned: %(message)s", stream=sys.stderr)
+    try:
+        if args.command == "tune":
+            return _tune(args)
+        if args.command == "status":
+            return _status(args)
+        if args.command == "best":
+            return _best(args)
+        return _registry_check(args)
+    except BadInputError as exc:
+        print(f"ktuned: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except TunedError as exc:
+        print(f"ktuned: error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        print("\nktuned: interrupted; everything evaluated so far is saved, run the same "
+              "command again to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _open_store(args: argparse.Namespace) -> tuple[SqliteStore, Path]:
+    from tuned.tuning import default_state_dir
+
+    state = args.state_dir or default_state_dir()
+    return SqliteStore(state / "ktuned.sqlite"), state
+
+
+def _tune(args: argparse.Namespace) -> int:
+    from tuned.registry import format_problems
+    from tuned.tuning import detect_interpreter, tune_registry
+
+    if not args.path.exists():
+        raise BadInputError(f"{args.path} does not exist; give a registry directory, an entry "
+                            "directory or a kernel.yaml")
+    store, state = _open_store(args)
+    interpreter = detect_interpreter(args.device)
+    t = args.phase_timeout
+    evaluation = EvaluationSettings(interpreter=interpreter, compile_timeout_s=t,
+                                    correctness_timeout_s=t, benchmark_timeout_s=t,
+                                    interpreter_max_size=args.interpreter_max_size)
+    settings = TuneSettings(budget=args.budget, policy=args.policy, seed=args.seed)
+    progress: list[Progress] = []
+
+    def on_start(total: int) -> OnResult:
+        progress.append(Progress(total))
+        return progress[0].update
+
+    try:
+        report = tune_registry(args.path, store=store, state_dir=state, settings=settings,
+                               evaluation=evaluation, on_start=on_start)
+    finally:
+        if progress:
+            progress[0].close()
+        store.close()
+    if report.problems:
+        print(f"Skipped invalid entries:\n{format_problems(report.problems)}\n")
+    fp = report.fingerprint
+    print(f"Device: {fp.get('gpu_model', '?')} ({fp.get('mode')}), triton {fp.get('triton')}, "
+          f"torch {fp.get('torch')}; store: {state / 'ktuned.sqlite'}")
+    print(summary_table(report.summaries))
+    return EXIT_OK
+
+
+def _status(args: argparse.Namespace) -> int:
+    store, state = _open_store(args)
+    try:
+        kernels = store.kernels()
+        invalid = store.invalid_entries()
+        print(f"store: {state / 'ktuned.sqlite'}")
+        if not kernels and not invalid:
+            print("no kernels yet: run `ktuned tune REGISTRY_DIR`")
+            return EXIT_OK
+        rows = []
+        for k in kernels:
+            best = store.best(k.name)
+            summary = CampaignSummary(kernel=k.name)
+            if best is not None:
+                summary.baseline_s, summary.best_s = best.baseline_time_s, best.time_s
+                for t in store.trials(k.name, k.generation, best.fingerprint):
+                    summary.outcomes[t.result.outcome.value] += 1
+                    summary.evaluations += t.provenance.value != "original"
+                summary.timing_kind = best.timing_kind
+            summary.note = "" if k.state == "active" else f"state {k.state}"
+            rows.append(summary)
+        print(summary_table(rows))
+        for directory, problems in invalid.items():
+            print(f"\ninvalid entry {directory}:\n{problems}")
+    finally:
+        store.close()
+    return EXIT_OK
+
+
+def _best(args: argparse.Namespace) -> int:
+    store, _ = _open_store(args)
+    try:
+        if store.kernel(args.kernel) is None:
+            names = ", ".join(k.name for k in store.kernels()) or "none yet"
+            raise BadInputError(f"no kernel {args.kernel!r} in the store (known: {names})")
+        best = store.best(args.kernel)
+        if best is None:
+            raise BadInputError(f"{args.kernel} has no successful evaluation yet; run "
+                                "`ktuned tune` first")
+        source = store.source(best.source_hash) or ""
+        fp = store.fingerprint(best.fingerprint)
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps({"kernel": best.kernel, "generation": best.generation,
+                          "candidate": best.candidate_id, "provenance": best.provenance.value,
+                          "knobs": dict(best.knobs), "time_s": best.time_s,
+                          "baseline_time_s": best.baseline_time_s, "speedup": best.speedup,
+                          "timing_kind": best.timing_kind, "fingerprint": fp,
+                          "source": source}, indent=2))
+        return EXIT_OK
+    speedup = f"{best.speedup:.3f}x" if best.speedup else "-"
+    print(f"# kernel {best.kernel}, generation {best.generation[:12]}, candidate "
+          f"{best.candidate_id} ({best.provenance.value})")
+    print(f"# time {format_seconds(best.time_s)} ({best.timing_kind}), baseline "
+          f"{format_seconds(best.baseline_time_s)}, speedup {speedup}")
+    print(f"# on {fp.get('gpu_model', '?')} ({fp.get('mode', '?')}), triton {fp.get('triton')}")
+    print(f"# knobs: {json.dumps(dict(best.knobs))}")
+    print(source, end="" if source.endswith("\n") else "\n")
+    return EXIT_OK
+
+
+def _registry_check(args: argparse.Namespace) -> int:
+    from tuned.registry import format_problems, scan_registry
+
+    scan = scan_registry(args.path)
+    for spec in scan.entries:
+        print(f"ok       {spec.name}: {len(spec.shapes)} shapes, {len(spec.dtypes)} dtypes, "
+              f"{spec.space_size() if spec.knobs else 0} knob configurations")
+    if scan.problems:
+        print(format_problems(scan.problems))
+    print(f"{len(scan.entries)} entries ok, {len(scan.invalid)} invalid")
+    return EXIT_BAD_INPUT if scan.problems else EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

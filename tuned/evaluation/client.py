@@ -1,0 +1,280 @@
+"""The daemon's side of an evaluation worker: start it, feed it, enforce deadlines, replace it.
+
+The worker runs in its own process group (``start_new_session``) with a scrubbed environment
+and its own Triton cache directory. Each phase the worker announces gets its own deadline; when
+one passes, the whole group is killed (``SIGKILL``) and the evaluation is recorded as
+``timeout``. A worker that dies (abort, signal, CUDA fault) yields ``crash`` with the signal and
+the tail of its stderr; the next evaluation starts a fresh worker.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from profilers.timing import TimingSettings
+from tuned.errors import WorkerError
+from tuned.evaluation.static import static_check
+from tuned.outcomes import Candidate, EvalResult, Outcome
+from tuned.registry.spec import KernelSpec
+
+__all__ = ["EvaluationSettings", "WorkerClient", "worker_environment"]
+
+log = logging.getLogger(__name__)
+
+# Environment variables a worker inherits; everything else (API keys, tokens, ...) is dropped.
+_ENV_KEEP = ("PATH", "HOME", "LANG", "TZ", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV", "USER",
+             "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+_ENV_KEEP_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "TRITON_")
+_ENV_SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
+
+
+@dataclass(frozen=True)
+class EvaluationSettings:
+    """Deadlines (seconds, per phase) and what an evaluation checks and times."""
+
+    interpreter: bool
+    startup_timeout_s: float = 180.0
+    load_timeout_s: float = 60.0
+    compile_timeout_s: float = 300.0
+    correctness_timeout_s: float = 300.0
+    benchmark_timeout_s: float = 300.0
+    seeds: tuple[int, ...] = (0, 1)
+    interpreter_max_size: int = 1 << 22  # shapes above this product of dims skip the interpreter
+    memory_limit_bytes: int | None = None  # address-space cap, interpreter mode only
+    timing: TimingSettings = field(default_factory=TimingSettings)
+
+    def deadline(self, phase: str) -> float:
+        return {
+            "load": self.load_timeout_s,
+            "compile": self.compile_timeout_s,
+            "correctness": self.correctness_timeout_s,
+            "benchmark": self.benchmark_timeout_s,
+        }.get(phase, self.load_timeout_s)
+
+
+def worker_environment(
+    base: Mapping[str, str], *, interpreter: bool, cache_dir: Path, memory_limit: int | None
+) -> dict[str, str]:
+    """The environment of a worker: an allowlist of ``base``, never anything secret-looking."""
+    env = {
+        k: v
+        for k, v in base.items()
+        if (k in _ENV_KEEP or k.startswith(_ENV_KEEP_PREFIXES))
+        and not any(marker in k.upper() for marker in _ENV_SECRET_MARKERS)
+    }
+    env["TRITON_CACHE_DIR"] = str(cache_dir)
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    if interpreter:
+        env["TRITON_INTERPRET"] = "1"
+        if memory_limit:
+            env["KTUNED_WORKER_MEMORY_BYTES"] = str(memory_limit)
+    else:
+        env.pop("TRITON_INTERPRET", None)
+    return env
+
+
+class _LineReader:
+    """Reads newline-terminated messages from a pipe with a deadline."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buffer = b""
+
+    def read_line(self, timeout: float) -> bytes | None:
+        """A line; ``b""`` at end of file; ``None`` if ``timeout`` passed first."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            ready, _, _ = select.select([self.fd], [], [], remaining)
+            if not ready:
+                return None
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                return b""
+            self.buffer += chunk
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        return line
+
+
+class WorkerClient:
+    """One worker subprocess, restarted as needed. Not thread-safe: one evaluation at a time."""
+
+    def __init__(self, *, workdir: Path, settings: EvaluationSettings,
+                 python: str = sys.executable) -> None:
+        self.workdir = workdir
+        self.settings = settings
+        self.python = python
+        self.fingerprint: dict[str, str] | None = None
+        self.starts = 0
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._to_worker: int | None = None
+        self._reader: _LineReader | None = None
+
+    # -- lifecycle
+
+    def start(self) -> dict[str, str]:
+        """Start a worker (if none runs) and return the software/hardware fingerprint."""
+        if self._proc is not None and self._proc.poll() is None and self.fingerprint:
+            return self.fingerprint
+        self.close()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        req_r, req_w = os.pipe()
+        res_r, res_w = os.pipe()
+        stderr = open(self.workdir / "stderr.log", "wb")  # noqa: SIM115 - handed to the child
+        env = worker_environment(os.environ, interpreter=self.settings.interpreter,
+                                 cache_dir=self.workdir / "triton-cache",
+                                 memory_limit=self.settings.memory_limit_bytes)
+        try:
+            self._proc = subprocess.Popen(
+                [self.python, "-m", "tuned.evaluation.worker", str(req_r), str(res_w),
+                 str(self.workdir / "modules")],
+                stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr, env=env,
+                pass_fds=(req_r, res_w), start_new_session=True, cwd=self.workdir,
+            )
+        except OSError as exc:
+            raise WorkerError(f"cannot start the evaluation worker ({self.python}): {exc}") from exc
+        finally:
+            os.close(req_r)
+            os.close(res_w)
+            stderr.close()
+        self.starts += 1
+        self._to_worker, self._reader = req_w, _LineReader(res_r)
+        line = self._reader.read_line(self.settings.startup_timeout_s)
+        message = json.loads(line) if line else None
+        if not message or message.get("type") != "ready":
+            reason = message.get("reason") if message else self._death_reason("starting")
+            self.close()
+            raise WorkerError(f"the evaluation worker did not start: {reason}; "
+                              f"see {self.workdir / 'stderr.log'}")
+        self.fingerprint = {str(k): str(v) for k, v in message["fingerprint"].items()}
+        return self.fingerprint
+
+    def close(self) -> None:
+        """Stop the worker and its whole process group."""
+        if self._proc is not None:
+            if self._proc.poll() is None:
+                try:
+                    os.killpg(self._proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            self._proc.wait()
+            self._proc = None
+        for fd in (self._to_worker, self._reader.fd if self._reader else None):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._to_worker, self._reader = None, None
+
+    def __enter__(self) -> WorkerClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- evaluation
+
+    def evaluate(self, spec: KernelSpec, candidate: Candidate) -> EvalResult:
+        """Evaluate one candidate. Failures of the candidate come back as results, never raised."""
+        rejection = static_check(candidate.source, spec.launcher)
+        if rejection:
+            return EvalResult(Outcome.REJECTED_STATIC, reason=rejection, phase="static")
+        self.start()
+        assert self._to_worker is not None and self._reader is not None
+        request = {"op": "evaluate", "kernel": _kernel_payload(spec),
+                   "candidate": {"id": candidate.id, "source": candidate.source,
+                                 "knobs": dict(candidate.knobs)},
+                   "options": self._options()}
+        try:
+            os.write(self._to_worker, (json.dumps(request) + "\n").encode())
+        except BrokenPipeError:
+            return self._crashed("load", time.monotonic())
+        phase, phase_started, started = "load", time.monotonic(), time.monotonic()
+        while True:
+            remaining = self.settings.deadline(phase) - (time.monotonic() - phase_started)
+            line = self._reader.read_line(max(remaining, 0.0))
+            if line is None:
+                self.close()
+                limit = self.settings.deadline(phase)
+                return EvalResult(Outcome.TIMEOUT, phase=phase,
+                                  reason=f"{phase} exceeded its {limit:g} s deadline; "
+                                         "the worker's process group was killed",
+                                  phase_seconds={phase: time.monotonic() - phase_started})
+            if line == b"":
+                return self._crashed(phase, started)
+            message = json.loads(line)
+            if message.get("type") == "phase":
+                phase, phase_started = str(message["phase"]), time.monotonic()
+                continue
+            if message.get("type") == "result":
+                if message.get("fatal"):
+                    self.close()
+                return EvalResult.from_dict(message["result"])
+
+    def _options(self) -> dict[str, Any]:
+        t = self.settings.timing
+        return {"seeds": list(self.settings.seeds),
+                "interpreter_max_size": self.settings.interpreter_max_size,
+                "timing": {"target_ms": t.target_ms, "warmup_ms": t.warmup_ms,
+                           "min_reps": t.min_reps, "max_reps": t.max_reps,
+                           "flush_bytes": t.flush_bytes, "interpreter_reps": t.interpreter_reps}}
+
+    def _crashed(self, phase: str, started: float) -> EvalResult:
+        reason = self._death_reason(phase)
+        self.close()
+        return EvalResult(Outcome.CRASH, phase=phase, reason=reason,
+                          phase_seconds={phase: time.monotonic() - started})
+
+    def _death_reason(self, phase: str) -> str:
+        code = None
+        if self._proc is not None:
+            try:
+                code = self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                code = None
+        if code is None:
+            how = "stopped answering"
+        elif code < 0:
+            how = f"was killed by {signal.Signals(-code).name}"
+        else:
+            how = f"exited with status {code}"
+        tail = _tail(self.workdir / "stderr.log")
+        return f"the worker {how} during {phase}" + (f"; stderr ends: {tail}" if tail else "")
+
+
+def _tail(path: Path, limit: int = 800) -> str:
+    try:
+        data = path.read_bytes()[-limit:]
+    except OSError:
+        return ""
+    return data.decode("utf-8", "replace").strip()
+
+
+def _kernel_payload(spec: KernelSpec) -> dict[str, Any]:
+    return {
+        "name": spec.name,
+        "launcher": spec.launcher,
+        "inputs": spec.inputs,
+        "reference": spec.reference,
+        "shapes": [{"dims": dict(s.dims), "perf": s.perf} for s in spec.shapes],
+        "dtypes": list(spec.dtypes),
+        "tolerance": {d: [t.atol, t.rtol] for d, t in spec.tolerance.items()},
+        "original_source": spec.module_source,
+        "extra_files": dict(spec.extra_files),
+        "baseline_knobs": dict(spec.baseline_knobs),
+    }

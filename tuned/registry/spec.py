@@ -1,0 +1,95 @@
+"""The validated, immutable form of one registry entry (``kernel.yaml`` plus its module).
+
+A :class:`KernelSpec` is built by :mod:`tuned.registry.loader` without executing any user
+code; the module is only imported inside an evaluation worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Union
+
+__all__ = ["DTYPE_NAMES", "KnobValue", "KernelSpec", "Roofline", "Shape", "Tolerance"]
+
+KnobValue = Union[int, float, str, bool]
+
+#: Canonical dtype names accepted in ``dtypes`` (aliases are mapped onto these by the loader).
+DTYPE_NAMES: tuple[str, ...] = ("float16", "bfloat16", "float32", "float64", "int8", "int32", "int64")
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Elementwise closeness: ``|out - ref| <= atol + rtol * |ref|``."""
+
+    atol: float
+    rtol: float
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One problem size: named dimensions (all positive ints) and whether it is timed."""
+
+    dims: Mapping[str, int]
+    perf: bool = False
+
+    def label(self) -> str:
+        return "x".join(f"{k}={v}" for k, v in self.dims.items())
+
+    def size(self) -> int:
+        """Product of the dimensions: a rough measure of the work at this shape."""
+        n = 1
+        for v in self.dims.values():
+            n *= v
+        return n
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """Expressions over the shape's dimensions and ``elem`` (bytes per element)."""
+
+    bytes: str | None = None
+    flops: str | None = None
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """A registry entry, validated.
+
+    ``generation`` is the SHA-256 of every file of the entry (``kernel.yaml`` and all ``*.py``),
+    so any change starts a new generation. ``baseline_knobs`` are the launcher's literal
+    defaults for the declared knobs: the baseline is the original module called with them.
+    """
+
+    name: str
+    directory: Path
+    module: str
+    launcher: str
+    inputs: str
+    reference: str | None
+    shapes: tuple[Shape, ...]
+    dtypes: tuple[str, ...]
+    tolerance: Mapping[str, Tolerance]
+    knobs: Mapping[str, tuple[KnobValue, ...]]
+    knobs_declared: bool
+    baseline_knobs: Mapping[str, KnobValue]
+    weight: float
+    roofline: Roofline | None
+    module_source: str
+    generation: str
+    extra_files: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def module_path(self) -> Path:
+        return self.directory / self.module
+
+    @property
+    def perf_shapes(self) -> tuple[Shape, ...]:
+        return tuple(s for s in self.shapes if s.perf)
+
+    def space_size(self) -> int:
+        n = 1
+        for values in self.knobs.values():
+            n *= len(values)
+        return n

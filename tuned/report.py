@@ -1,0 +1,83 @@
+"""What the command line prints: a progress line per evaluation and the final table."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from typing import TextIO
+
+from tuned.campaign import CampaignSummary
+from tuned.outcomes import Candidate, EvalResult
+from tuned.registry.spec import KernelSpec
+
+__all__ = ["Progress", "format_seconds", "summary_table"]
+
+
+def format_seconds(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"
+
+
+class Progress:
+    """A bar redrawn in place on a terminal; one line per evaluation otherwise (logs, CI)."""
+
+    def __init__(self, total: int, stream: TextIO = sys.stderr, width: int = 24) -> None:
+        self.total = max(total, 1)
+        self.done = 0
+        self.stream = stream
+        self.width = width
+        self.started = time.monotonic()
+        self.tty = stream.isatty()
+
+    def update(self, spec: KernelSpec, candidate: Candidate, result: EvalResult,
+               summary: CampaignSummary) -> None:
+        self.done += 1
+        filled = int(self.width * min(self.done, self.total) / self.total)
+        bar = "#" * filled + "." * (self.width - filled)
+        knobs = ",".join(f"{k}={v}" for k, v in candidate.knobs.items()) or "defaults"
+        if result.outcome.value == "ok":
+            what = f"ok {format_seconds(result.time_s)}"
+        else:
+            what = f"{result.outcome.value} ({result.phase})"
+        speedup = f"best {summary.speedup:.2f}x" if summary.speedup else "best -"
+        elapsed = time.monotonic() - self.started
+        line = (f"[{bar}] {self.done}/{self.total} {elapsed:5.0f}s {spec.name} "
+                f"{candidate.provenance.value} {knobs}: {what}; {speedup}")
+        if self.tty:
+            self.stream.write("\r\x1b[2K" + line[:200])
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def summary_table(summaries: Sequence[CampaignSummary]) -> str:
+    """The final table: one row per kernel."""
+    header = ("kernel", "baseline", "best", "speedup", "evals", "failures by outcome")
+    rows = [header]
+    for s in summaries:
+        failures = ", ".join(f"{k}={v}" for k, v in s.failures.items()) or "none"
+        if s.note:
+            failures += f"; {s.note}"
+        rows.append((s.kernel, format_seconds(s.baseline_s), format_seconds(s.best_s),
+                     f"{s.speedup:.2f}x" if s.speedup else "-", str(s.evaluations), failures))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header) - 1)]
+    lines = []
+    for r in rows:
+        cells = [c.ljust(w) for c, w in zip(r[:-1], widths)]
+        lines.append("  ".join([*cells, r[-1]]))
+    lines.insert(1, "-" * max(len(line) for line in lines))
+    kinds = {s.timing_kind for s in summaries if s.timing_kind}
+    if "interpreter" in kinds:
+        lines.append("Times are Triton interpreter timings on this CPU (no GPU): they rank "
+                     "candidates here and are not GPU results.")
+    return "\n".join(lines)

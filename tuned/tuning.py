@@ -1,0 +1,94 @@
+"""A bounded tuning run over a registry: what ``ktuned tune`` does.
+
+Scan the registry (invalid entries are recorded and reported, the rest go on), record every
+valid entry's generation, start one evaluation worker, then run each kernel's campaign in turn.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tuned.campaign import Campaign, CampaignSummary, OnResult, TuneSettings
+from tuned.errors import BadInputError
+from tuned.evaluation.client import EvaluationSettings, WorkerClient
+from tuned.registry import KernelSpec, Problem, scan_registry
+from tuned.store.sqlite import SqliteStore
+
+__all__ = ["TuneReport", "default_state_dir", "detect_interpreter", "tune_registry"]
+
+log = logging.getLogger(__name__)
+
+
+def default_state_dir() -> Path:
+    """``$KTUNED_STATE_DIR``, else ``$XDG_STATE_HOME/ktuned``, else ``~/.local/state/ktuned``."""
+    if os.environ.get("KTUNED_STATE_DIR"):
+        return Path(os.environ["KTUNED_STATE_DIR"])
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "ktuned"
+
+
+def detect_interpreter(device: str) -> bool:
+    """Resolve ``--device``: ``gpu``, ``interpreter`` or ``auto`` (GPU when CUDA is usable)."""
+    if device == "interpreter":
+        return True
+    if device == "gpu":
+        return False
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return True
+    import torch
+
+    if torch.cuda.is_available():
+        return False
+    log.warning("no CUDA GPU found: kernels run in Triton's interpreter on the CPU; "
+                "correctness is real, timings are interpreter timings")
+    return True
+
+
+@dataclass
+class TuneReport:
+    summaries: list[CampaignSummary]
+    problems: list[Problem]
+    fingerprint: dict[str, str]
+
+
+def tune_registry(
+    path: Path,
+    *,
+    store: SqliteStore,
+    state_dir: Path,
+    settings: TuneSettings,
+    evaluation: EvaluationSettings,
+    on_start: Callable[[int], OnResult | None] | None = None,
+) -> TuneReport:
+    """Tune every valid entry under ``path`` (a registry directory or one entry).
+
+    ``on_start(total_evaluations)`` is called once the work is known and may return a
+    per-evaluation callback (the progress bar).
+    """
+    scan = scan_registry(path)
+    for directory, problems in scan.invalid.items():
+        store.record_invalid(directory, "\n".join(str(p) for p in problems))
+    if not scan.entries:
+        raise BadInputError(f"no valid registry entry under {path}" +
+                            (f" ({len(scan.problems)} problems; run `ktuned registry check "
+                             f"{path}`)" if scan.problems else
+                             ": it holds no kernel.yaml, itself or in a subdirectory"))
+    specs: list[KernelSpec] = list(scan.entries)
+    for spec in specs:
+        if store.sync_kernel(spec):
+            log.info("%s: generation %s", spec.name, spec.generation[:12])
+    with WorkerClient(workdir=state_dir / "workers" / "0", settings=evaluation) as client:
+        fingerprint = client.start()
+        fid = store.record_fingerprint(fingerprint)
+        campaigns = [Campaign(spec=spec, store=store, client=client, fingerprint=fid,
+                              settings=settings) for spec in specs]
+        callback = on_start(sum(c.remaining() for c in campaigns)) if on_start else None
+        summaries = []
+        for campaign in campaigns:
+            campaign.on_result = callback
+            summaries.append(campaign.run())
+    return TuneReport(summaries=summaries, problems=list(scan.problems), fingerprint=fingerprint)
