@@ -20,13 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, Union
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
 __all__ = ["Config", "KnobValue", "Policy", "SearchSpace", "Suggestion", "Trial", "config_key"]
 
-KnobValue = Union[int, float, str, bool]
+KnobValue = int | float | str | bool
 Config = Mapping[str, KnobValue]
 
 

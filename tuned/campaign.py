@@ -65,9 +65,16 @@ OnResult = Callable[[KernelSpec, Candidate, EvalResult, "CampaignSummary"], None
 class Campaign:
     """Drives the policy for one kernel until its budget is reached or its space exhausted."""
 
-    def __init__(self, *, spec: KernelSpec, store: SqliteStore, client: WorkerClient,
-                 fingerprint: str, settings: TuneSettings,
-                 on_result: OnResult | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        spec: KernelSpec,
+        store: SqliteStore,
+        client: WorkerClient,
+        fingerprint: str,
+        settings: TuneSettings,
+        on_result: OnResult | None = None,
+    ) -> None:
         self.spec = spec
         self.store = store
         self.client = client
@@ -88,8 +95,10 @@ class Campaign:
         summary = CampaignSummary(kernel=self.spec.name)
         baseline = self._baseline()
         if baseline.result.outcome is not Outcome.OK:
-            summary.note = (f"the original fails ({baseline.result.outcome.value}: "
-                            f"{baseline.result.reason}); fix the entry, nothing was tuned")
+            summary.note = (
+                f"the original fails ({baseline.result.outcome.value}: "
+                f"{baseline.result.reason}); fix the entry, nothing was tuned"
+            )
             return self._summarize(summary)
         policy = self._policy()
         space = SearchSpace(knobs=self.spec.knobs)
@@ -103,14 +112,24 @@ class Campaign:
             if suggestion is None:
                 summary.note = "knob space exhausted"
                 break
-            candidate = Candidate(kernel=self.spec.name, generation=self.spec.generation,
-                                  source=self.spec.module_source, knobs=dict(suggestion.knobs),
-                                  provenance=Provenance.PARAMETRIC,
-                                  strategy=suggestion.strategy, parent_id=suggestion.parent_id)
+            candidate = Candidate(
+                kernel=self.spec.name,
+                generation=self.spec.generation,
+                source=self.spec.module_source,
+                knobs=dict(suggestion.knobs),
+                provenance=Provenance.PARAMETRIC,
+                strategy=suggestion.strategy,
+                parent_id=suggestion.parent_id,
+            )
             row = self._evaluate(candidate, summary)
             policy.observe(suggestion, _as_policy_trial(row))
-            self.store.save_policy_state(self.spec.name, self.spec.generation, self.fingerprint,
-                                         self.settings.policy, policy.to_dict())
+            self.store.save_policy_state(
+                self.spec.name,
+                self.spec.generation,
+                self.fingerprint,
+                self.settings.policy,
+                policy.to_dict(),
+            )
         return self._summarize(summary)
 
     # -- steps
@@ -122,9 +141,14 @@ class Campaign:
         for t in self._trials():
             if t.provenance is Provenance.ORIGINAL:
                 return t
-        candidate = Candidate(kernel=self.spec.name, generation=self.spec.generation,
-                              source=self.spec.module_source, knobs=dict(self.spec.baseline_knobs),
-                              provenance=Provenance.ORIGINAL, strategy="original")
+        candidate = Candidate(
+            kernel=self.spec.name,
+            generation=self.spec.generation,
+            source=self.spec.module_source,
+            knobs=dict(self.spec.baseline_knobs),
+            provenance=Provenance.ORIGINAL,
+            strategy="original",
+        )
         return self._evaluate(candidate, None)
 
     def _evaluate(self, candidate: Candidate, summary: CampaignSummary | None) -> TrialRow:
@@ -133,21 +157,33 @@ class Campaign:
         t0 = time.monotonic()
         result = self.client.evaluate(self.spec, candidate)
         wall = time.monotonic() - t0
-        self.store.record_evaluation(candidate, self.fingerprint, result,
-                                     started_at=started, wall_s=wall)
+        self.store.record_evaluation(
+            candidate, self.fingerprint, result, started_at=started, wall_s=wall
+        )
         if summary is not None:
             summary.new_evaluations += 1
         if self.on_result is not None:
-            self.on_result(self.spec, candidate, result,
-                           self._summarize(CampaignSummary(kernel=self.spec.name)))
-        return TrialRow(candidate_id=candidate.id, knobs=candidate.knobs,
-                        provenance=candidate.provenance, strategy=candidate.strategy,
-                        parent_id=candidate.parent_id, source_hash="", result=result,
-                        wall_s=wall)
+            self.on_result(
+                self.spec,
+                candidate,
+                result,
+                self._summarize(CampaignSummary(kernel=self.spec.name)),
+            )
+        return TrialRow(
+            candidate_id=candidate.id,
+            knobs=candidate.knobs,
+            provenance=candidate.provenance,
+            strategy=candidate.strategy,
+            parent_id=candidate.parent_id,
+            source_hash="",
+            result=result,
+            wall_s=wall,
+        )
 
     def _policy(self) -> Policy:
-        state = self.store.policy_state(self.spec.name, self.spec.generation, self.fingerprint,
-                                        self.settings.policy)
+        state = self.store.policy_state(
+            self.spec.name, self.spec.generation, self.fingerprint, self.settings.policy
+        )
         if state is not None:
             return restore_policy(self.settings.policy, state)
         return make_policy(self.settings.policy)
@@ -170,6 +206,11 @@ class Campaign:
 
 
 def _as_policy_trial(row: TrialRow) -> Trial:
-    return Trial(candidate_id=row.candidate_id, knobs=row.knobs,
-                 outcome=row.result.outcome.value, time_s=row.result.time_s,
-                 strategy=row.strategy or row.provenance.value, parent_id=row.parent_id)
+    return Trial(
+        candidate_id=row.candidate_id,
+        knobs=row.knobs,
+        outcome=row.result.outcome.value,
+        time_s=row.result.time_s,
+        strategy=row.strategy or row.provenance.value,
+        parent_id=row.parent_id,
+    )

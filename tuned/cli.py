@@ -44,25 +44,49 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def state_dir(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--state-dir", type=Path, default=None,
-                       help="where the store lives (default: $KTUNED_STATE_DIR, else "
-                            "$XDG_STATE_HOME/ktuned, else ~/.local/state/ktuned)")
+        p.add_argument(
+            "--state-dir",
+            type=Path,
+            default=None,
+            help="where the store lives (default: $KTUNED_STATE_DIR, else "
+            "$XDG_STATE_HOME/ktuned, else ~/.local/state/ktuned)",
+        )
 
     tune = sub.add_parser("tune", help="tune a registry directory or one entry, bounded")
     tune.add_argument("path", type=Path, help="registry directory, entry directory or kernel.yaml")
-    tune.add_argument("--budget", type=_positive_int, default=8,
-                      help="evaluated candidates per kernel besides the baseline; a rerun "
-                           "continues up to it (default: 8)")
-    tune.add_argument("--policy", default="random", choices=sorted(POLICIES),
-                      help="search policy (default: random)")
+    tune.add_argument(
+        "--budget",
+        type=_positive_int,
+        default=8,
+        help="evaluated candidates per kernel besides the baseline; a rerun "
+        "continues up to it (default: 8)",
+    )
+    tune.add_argument(
+        "--policy",
+        default="random",
+        choices=sorted(POLICIES),
+        help="search policy (default: random)",
+    )
     tune.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    tune.add_argument("--device", choices=("auto", "gpu", "interpreter"), default="auto",
-                      help="auto: the GPU if CUDA is usable, else Triton's interpreter")
-    tune.add_argument("--interpreter-max-size", type=_positive_int, default=1 << 22,
-                      help="interpreter only: skip shapes whose product of dimensions is "
-                           "larger (default: 4194304)")
-    tune.add_argument("--phase-timeout", type=float, default=300.0,
-                      help="deadline in seconds of each evaluation phase (default: 300)")
+    tune.add_argument(
+        "--device",
+        choices=("auto", "gpu", "interpreter"),
+        default="auto",
+        help="auto: the GPU if CUDA is usable, else Triton's interpreter",
+    )
+    tune.add_argument(
+        "--interpreter-max-size",
+        type=_positive_int,
+        default=1 << 22,
+        help="interpreter only: skip shapes whose product of dimensions is "
+        "larger (default: 4194304)",
+    )
+    tune.add_argument(
+        "--phase-timeout",
+        type=float,
+        default=300.0,
+        help="deadline in seconds of each evaluation phase (default: 300)",
+    )
     state_dir(tune)
 
     status = sub.add_parser("status", help="kernels in the store, their best and their state")
@@ -83,8 +107,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="ktuned: %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="ktuned: %(message)s",
+        stream=sys.stderr,
+    )
     try:
         if args.command == "tune":
             return _tune(args)
@@ -100,8 +127,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ktuned: error: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:
-        print("\nktuned: interrupted; everything evaluated so far is saved, run the same "
-              "command again to resume", file=sys.stderr)
+        print(
+            "\nktuned: interrupted; everything evaluated so far is saved, run the same "
+            "command again to resume",
+            file=sys.stderr,
+        )
         return EXIT_INTERRUPTED
 
 
@@ -117,14 +147,20 @@ def _tune(args: argparse.Namespace) -> int:
     from tuned.tuning import detect_interpreter, tune_registry
 
     if not args.path.exists():
-        raise BadInputError(f"{args.path} does not exist; give a registry directory, an entry "
-                            "directory or a kernel.yaml")
+        raise BadInputError(
+            f"{args.path} does not exist; give a registry directory, an entry "
+            "directory or a kernel.yaml"
+        )
     store, state = _open_store(args)
     interpreter = detect_interpreter(args.device)
     t = args.phase_timeout
-    evaluation = EvaluationSettings(interpreter=interpreter, compile_timeout_s=t,
-                                    correctness_timeout_s=t, benchmark_timeout_s=t,
-                                    interpreter_max_size=args.interpreter_max_size)
+    evaluation = EvaluationSettings(
+        interpreter=interpreter,
+        compile_timeout_s=t,
+        correctness_timeout_s=t,
+        benchmark_timeout_s=t,
+        interpreter_max_size=args.interpreter_max_size,
+    )
     settings = TuneSettings(budget=args.budget, policy=args.policy, seed=args.seed)
     progress: list[Progress] = []
 
@@ -133,8 +169,14 @@ def _tune(args: argparse.Namespace) -> int:
         return progress[0].update
 
     try:
-        report = tune_registry(args.path, store=store, state_dir=state, settings=settings,
-                               evaluation=evaluation, on_start=on_start)
+        report = tune_registry(
+            args.path,
+            store=store,
+            state_dir=state,
+            settings=settings,
+            evaluation=evaluation,
+            on_start=on_start,
+        )
     finally:
         if progress:
             progress[0].close()
@@ -142,8 +184,10 @@ def _tune(args: argparse.Namespace) -> int:
     if report.problems:
         print(f"Skipped invalid entries:\n{format_problems(report.problems)}\n")
     fp = report.fingerprint
-    print(f"Device: {fp.get('gpu_model', '?')} ({fp.get('mode')}), triton {fp.get('triton')}, "
-          f"torch {fp.get('torch')}; store: {state / 'ktuned.sqlite'}")
+    print(
+        f"Device: {fp.get('gpu_model', '?')} ({fp.get('mode')}), triton {fp.get('triton')}, "
+        f"torch {fp.get('torch')}; store: {state / 'ktuned.sqlite'}"
+    )
     print(summary_table(report.summaries))
     return EXIT_OK
 
@@ -185,25 +229,42 @@ def _best(args: argparse.Namespace) -> int:
             raise BadInputError(f"no kernel {args.kernel!r} in the store (known: {names})")
         best = store.best(args.kernel)
         if best is None:
-            raise BadInputError(f"{args.kernel} has no successful evaluation yet; run "
-                                "`ktuned tune` first")
+            raise BadInputError(
+                f"{args.kernel} has no successful evaluation yet; run `ktuned tune` first"
+            )
         source = store.source(best.source_hash) or ""
         fp = store.fingerprint(best.fingerprint)
     finally:
         store.close()
     if args.json:
-        print(json.dumps({"kernel": best.kernel, "generation": best.generation,
-                          "candidate": best.candidate_id, "provenance": best.provenance.value,
-                          "knobs": dict(best.knobs), "time_s": best.time_s,
-                          "baseline_time_s": best.baseline_time_s, "speedup": best.speedup,
-                          "timing_kind": best.timing_kind, "fingerprint": fp,
-                          "source": source}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "kernel": best.kernel,
+                    "generation": best.generation,
+                    "candidate": best.candidate_id,
+                    "provenance": best.provenance.value,
+                    "knobs": dict(best.knobs),
+                    "time_s": best.time_s,
+                    "baseline_time_s": best.baseline_time_s,
+                    "speedup": best.speedup,
+                    "timing_kind": best.timing_kind,
+                    "fingerprint": fp,
+                    "source": source,
+                },
+                indent=2,
+            )
+        )
         return EXIT_OK
     speedup = f"{best.speedup:.3f}x" if best.speedup else "-"
-    print(f"# kernel {best.kernel}, generation {best.generation[:12]}, candidate "
-          f"{best.candidate_id} ({best.provenance.value})")
-    print(f"# time {format_seconds(best.time_s)} ({best.timing_kind}), baseline "
-          f"{format_seconds(best.baseline_time_s)}, speedup {speedup}")
+    print(
+        f"# kernel {best.kernel}, generation {best.generation[:12]}, candidate "
+        f"{best.candidate_id} ({best.provenance.value})"
+    )
+    print(
+        f"# time {format_seconds(best.time_s)} ({best.timing_kind}), baseline "
+        f"{format_seconds(best.baseline_time_s)}, speedup {speedup}"
+    )
     print(f"# on {fp.get('gpu_model', '?')} ({fp.get('mode', '?')}), triton {fp.get('triton')}")
     print(f"# knobs: {json.dumps(dict(best.knobs))}")
     print(source, end="" if source.endswith("\n") else "\n")
@@ -215,8 +276,10 @@ def _registry_check(args: argparse.Namespace) -> int:
 
     scan = scan_registry(args.path)
     for spec in scan.entries:
-        print(f"ok       {spec.name}: {len(spec.shapes)} shapes, {len(spec.dtypes)} dtypes, "
-              f"{spec.space_size() if spec.knobs else 0} knob configurations")
+        print(
+            f"ok       {spec.name}: {len(spec.shapes)} shapes, {len(spec.dtypes)} dtypes, "
+            f"{spec.space_size() if spec.knobs else 0} knob configurations"
+        )
     if scan.problems:
         print(format_problems(scan.problems))
     print(f"{len(scan.entries)} entries ok, {len(scan.invalid)} invalid")

@@ -34,8 +34,9 @@ class Progress:
         self.started = time.monotonic()
         self.tty = stream.isatty()
 
-    def update(self, spec: KernelSpec, candidate: Candidate, result: EvalResult,
-               summary: CampaignSummary) -> None:
+    def update(
+        self, spec: KernelSpec, candidate: Candidate, result: EvalResult, summary: CampaignSummary
+    ) -> None:
         self.done += 1
         filled = int(self.width * min(self.done, self.total) / self.total)
         bar = "#" * filled + "." * (self.width - filled)
@@ -46,8 +47,10 @@ class Progress:
             what = f"{result.outcome.value} ({result.phase})"
         speedup = f"best {summary.speedup:.2f}x" if summary.speedup else "best -"
         elapsed = time.monotonic() - self.started
-        line = (f"[{bar}] {self.done}/{self.total} {elapsed:5.0f}s {spec.name} "
-                f"{candidate.provenance.value} {knobs}: {what}; {speedup}")
+        line = (
+            f"[{bar}] {self.done}/{self.total} {elapsed:5.0f}s {spec.name} "
+            f"{candidate.provenance.value} {knobs}: {what}; {speedup}"
+        )
         if self.tty:
             self.stream.write("\r\x1b[2K" + line[:200])
         else:
@@ -68,8 +71,16 @@ def summary_table(summaries: Sequence[CampaignSummary]) -> str:
         failures = ", ".join(f"{k}={v}" for k, v in s.failures.items()) or "none"
         if s.note:
             failures += f"; {s.note}"
-        rows.append((s.kernel, format_seconds(s.baseline_s), format_seconds(s.best_s),
-                     f"{s.speedup:.2f}x" if s.speedup else "-", str(s.evaluations), failures))
+        rows.append(
+            (
+                s.kernel,
+                format_seconds(s.baseline_s),
+                format_seconds(s.best_s),
+                f"{s.speedup:.2f}x" if s.speedup else "-",
+                str(s.evaluations),
+                failures,
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(header) - 1)]
     lines = []
     for r in rows:
@@ -78,6 +89,8 @@ def summary_table(summaries: Sequence[CampaignSummary]) -> str:
     lines.insert(1, "-" * max(len(line) for line in lines))
     kinds = {s.timing_kind for s in summaries if s.timing_kind}
     if "interpreter" in kinds:
-        lines.append("Times are Triton interpreter timings on this CPU (no GPU): they rank "
-                     "candidates here and are not GPU results.")
+        lines.append(
+            "Times are Triton interpreter timings on this CPU (no GPU): they rank "
+            "candidates here and are not GPU results."
+        )
     return "\n".join(lines)

@@ -43,8 +43,10 @@ def detect_interpreter(device: str) -> bool:
 
     if torch.cuda.is_available():
         return False
-    log.warning("no CUDA GPU found: kernels run in Triton's interpreter on the CPU; "
-                "correctness is real, timings are interpreter timings")
+    log.warning(
+        "no CUDA GPU found: kernels run in Triton's interpreter on the CPU; "
+        "correctness is real, timings are interpreter timings"
+    )
     return True
 
 
@@ -73,10 +75,14 @@ def tune_registry(
     for directory, problems in scan.invalid.items():
         store.record_invalid(directory, "\n".join(str(p) for p in problems))
     if not scan.entries:
-        raise BadInputError(f"no valid registry entry under {path}" +
-                            (f" ({len(scan.problems)} problems; run `ktuned registry check "
-                             f"{path}`)" if scan.problems else
-                             ": it holds no kernel.yaml, itself or in a subdirectory"))
+        raise BadInputError(
+            f"no valid registry entry under {path}"
+            + (
+                f" ({len(scan.problems)} problems; run `ktuned registry check {path}`)"
+                if scan.problems
+                else ": it holds no kernel.yaml, itself or in a subdirectory"
+            )
+        )
     specs: list[KernelSpec] = list(scan.entries)
     for spec in specs:
         if store.sync_kernel(spec):
@@ -84,8 +90,10 @@ def tune_registry(
     with WorkerClient(workdir=state_dir / "workers" / "0", settings=evaluation) as client:
         fingerprint = client.start()
         fid = store.record_fingerprint(fingerprint)
-        campaigns = [Campaign(spec=spec, store=store, client=client, fingerprint=fid,
-                              settings=settings) for spec in specs]
+        campaigns = [
+            Campaign(spec=spec, store=store, client=client, fingerprint=fid, settings=settings)
+            for spec in specs
+        ]
         callback = on_start(sum(c.remaining() for c in campaigns)) if on_start else None
         summaries = []
         for campaign in campaigns:

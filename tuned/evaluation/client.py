@@ -9,6 +9,7 @@ the tail of its stderr; the next evaluation starts a fresh worker.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -33,8 +34,19 @@ __all__ = ["EvaluationSettings", "WorkerClient", "worker_environment"]
 log = logging.getLogger(__name__)
 
 # Environment variables a worker inherits; everything else (API keys, tokens, ...) is dropped.
-_ENV_KEEP = ("PATH", "HOME", "LANG", "TZ", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV", "USER",
-             "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+_ENV_KEEP = (
+    "PATH",
+    "HOME",
+    "LANG",
+    "TZ",
+    "TMPDIR",
+    "PYTHONPATH",
+    "VIRTUAL_ENV",
+    "USER",
+    "LD_LIBRARY_PATH",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+)
 _ENV_KEEP_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "TRITON_")
 _ENV_SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
 
@@ -113,8 +125,9 @@ class _LineReader:
 class WorkerClient:
     """One worker subprocess, restarted as needed. Not thread-safe: one evaluation at a time."""
 
-    def __init__(self, *, workdir: Path, settings: EvaluationSettings,
-                 python: str = sys.executable) -> None:
+    def __init__(
+        self, *, workdir: Path, settings: EvaluationSettings, python: str = sys.executable
+    ) -> None:
         self.workdir = workdir
         self.settings = settings
         self.python = python
@@ -135,15 +148,29 @@ class WorkerClient:
         req_r, req_w = os.pipe()
         res_r, res_w = os.pipe()
         stderr = open(self.workdir / "stderr.log", "wb")  # noqa: SIM115 - handed to the child
-        env = worker_environment(os.environ, interpreter=self.settings.interpreter,
-                                 cache_dir=self.workdir / "triton-cache",
-                                 memory_limit=self.settings.memory_limit_bytes)
+        env = worker_environment(
+            os.environ,
+            interpreter=self.settings.interpreter,
+            cache_dir=self.workdir / "triton-cache",
+            memory_limit=self.settings.memory_limit_bytes,
+        )
         try:
             self._proc = subprocess.Popen(
-                [self.python, "-m", "tuned.evaluation.worker", str(req_r), str(res_w),
-                 str(self.workdir / "modules")],
-                stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr, env=env,
-                pass_fds=(req_r, res_w), start_new_session=True, cwd=self.workdir,
+                [
+                    self.python,
+                    "-m",
+                    "tuned.evaluation.worker",
+                    str(req_r),
+                    str(res_w),
+                    str(self.workdir / "modules"),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=stderr,
+                stderr=stderr,
+                env=env,
+                pass_fds=(req_r, res_w),
+                start_new_session=True,
+                cwd=self.workdir,
             )
         except OSError as exc:
             raise WorkerError(f"cannot start the evaluation worker ({self.python}): {exc}") from exc
@@ -158,8 +185,9 @@ class WorkerClient:
         if not message or message.get("type") != "ready":
             reason = message.get("reason") if message else self._death_reason("starting")
             self.close()
-            raise WorkerError(f"the evaluation worker did not start: {reason}; "
-                              f"see {self.workdir / 'stderr.log'}")
+            raise WorkerError(
+                f"the evaluation worker did not start: {reason}; see {self.workdir / 'stderr.log'}"
+            )
         self.fingerprint = {str(k): str(v) for k, v in message["fingerprint"].items()}
         return self.fingerprint
 
@@ -167,18 +195,14 @@ class WorkerClient:
         """Stop the worker and its whole process group."""
         if self._proc is not None:
             if self._proc.poll() is None:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(self._proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
             self._proc.wait()
             self._proc = None
         for fd in (self._to_worker, self._reader.fd if self._reader else None):
             if fd is not None:
-                try:
+                with contextlib.suppress(OSError):
                     os.close(fd)
-                except OSError:
-                    pass
         self._to_worker, self._reader = None, None
 
     def __enter__(self) -> WorkerClient:
@@ -196,10 +220,16 @@ class WorkerClient:
             return EvalResult(Outcome.REJECTED_STATIC, reason=rejection, phase="static")
         self.start()
         assert self._to_worker is not None and self._reader is not None
-        request = {"op": "evaluate", "kernel": _kernel_payload(spec),
-                   "candidate": {"id": candidate.id, "source": candidate.source,
-                                 "knobs": dict(candidate.knobs)},
-                   "options": self._options()}
+        request = {
+            "op": "evaluate",
+            "kernel": _kernel_payload(spec),
+            "candidate": {
+                "id": candidate.id,
+                "source": candidate.source,
+                "knobs": dict(candidate.knobs),
+            },
+            "options": self._options(),
+        }
         try:
             os.write(self._to_worker, (json.dumps(request) + "\n").encode())
         except BrokenPipeError:
@@ -211,10 +241,13 @@ class WorkerClient:
             if line is None:
                 self.close()
                 limit = self.settings.deadline(phase)
-                return EvalResult(Outcome.TIMEOUT, phase=phase,
-                                  reason=f"{phase} exceeded its {limit:g} s deadline; "
-                                         "the worker's process group was killed",
-                                  phase_seconds={phase: time.monotonic() - phase_started})
+                return EvalResult(
+                    Outcome.TIMEOUT,
+                    phase=phase,
+                    reason=f"{phase} exceeded its {limit:g} s deadline; "
+                    "the worker's process group was killed",
+                    phase_seconds={phase: time.monotonic() - phase_started},
+                )
             if line == b"":
                 return self._crashed(phase, started)
             message = json.loads(line)
@@ -228,17 +261,28 @@ class WorkerClient:
 
     def _options(self) -> dict[str, Any]:
         t = self.settings.timing
-        return {"seeds": list(self.settings.seeds),
-                "interpreter_max_size": self.settings.interpreter_max_size,
-                "timing": {"target_ms": t.target_ms, "warmup_ms": t.warmup_ms,
-                           "min_reps": t.min_reps, "max_reps": t.max_reps,
-                           "flush_bytes": t.flush_bytes, "interpreter_reps": t.interpreter_reps}}
+        return {
+            "seeds": list(self.settings.seeds),
+            "interpreter_max_size": self.settings.interpreter_max_size,
+            "timing": {
+                "target_ms": t.target_ms,
+                "warmup_ms": t.warmup_ms,
+                "min_reps": t.min_reps,
+                "max_reps": t.max_reps,
+                "flush_bytes": t.flush_bytes,
+                "interpreter_reps": t.interpreter_reps,
+            },
+        }
 
     def _crashed(self, phase: str, started: float) -> EvalResult:
         reason = self._death_reason(phase)
         self.close()
-        return EvalResult(Outcome.CRASH, phase=phase, reason=reason,
-                          phase_seconds={phase: time.monotonic() - started})
+        return EvalResult(
+            Outcome.CRASH,
+            phase=phase,
+            reason=reason,
+            phase_seconds={phase: time.monotonic() - started},
+        )
 
     def _death_reason(self, phase: str) -> str:
         code = None

@@ -143,7 +143,9 @@ class ModuleLoader:
         self.root = root
         self._loaded: dict[str, ModuleType] = {}
 
-    def load(self, source: str, *, directory_key: str, extra_files: Mapping[str, str]) -> ModuleType:
+    def load(
+        self, source: str, *, directory_key: str, extra_files: Mapping[str, str]
+    ) -> ModuleType:
         digest = hashlib.sha256(source.encode()).hexdigest()[:16]
         key = f"{directory_key}:{digest}"
         if key in self._loaded:
@@ -260,8 +262,13 @@ def _short(text: str, limit: int = 2000) -> str:
 class Evaluation:
     """One request: load, compile (first launch), correctness on every case, benchmark."""
 
-    def __init__(self, request: Mapping[str, Any], loader: ModuleLoader, device: str,
-                 send: Callable[[Mapping[str, Any]], None]) -> None:
+    def __init__(
+        self,
+        request: Mapping[str, Any],
+        loader: ModuleLoader,
+        device: str,
+        send: Callable[[Mapping[str, Any]], None],
+    ) -> None:
         self.kernel = request["kernel"]
         self.candidate = request["candidate"]
         self.options = request["options"]
@@ -309,8 +316,9 @@ class Evaluation:
 
         key = hashlib.sha256(self.kernel["original_source"].encode()).hexdigest()[:16]
         extra = self.kernel.get("extra_files", {})
-        original = self.loader.load(self.kernel["original_source"], directory_key=key,
-                                    extra_files=extra)
+        original = self.loader.load(
+            self.kernel["original_source"], directory_key=key, extra_files=extra
+        )
         module = self.loader.load(self.candidate["source"], directory_key=key, extra_files=extra)
         launcher = getattr(module, self.kernel["launcher"], None)
         if not callable(launcher):
@@ -321,7 +329,7 @@ class Evaluation:
         else:
             base = getattr(original, self.kernel["launcher"])
             baseline_knobs = dict(self.kernel["baseline_knobs"])
-            reference = lambda *xs: base(*xs, **baseline_knobs)  # noqa: E731
+            reference = lambda *xs: base(*xs, **baseline_knobs)
 
         cases, skipped = self.cases()
         if not cases:
@@ -331,8 +339,9 @@ class Evaluation:
             )
 
         def call(case: Case) -> tuple[list[Any], Any]:
-            inputs = make_inputs(dict(case.dims), getattr(torch, case.dtype), self.device,
-                                 case.seed)
+            inputs = make_inputs(
+                dict(case.dims), getattr(torch, case.dtype), self.device, case.seed
+            )
             out = launcher(*inputs, **self.knobs)
             if self.device == "cuda":
                 torch.cuda.synchronize()
@@ -343,7 +352,7 @@ class Evaluation:
             first_inputs, first_out = call(cases[0])
         except CaseFailure:
             raise
-        except Exception as exc:  # noqa: BLE001 - candidate code may raise anything
+        except Exception as exc:
             raise classify_exception(exc, "compile") from exc
 
         self.enter("correctness")
@@ -353,8 +362,9 @@ class Evaluation:
                     inputs, out = first_inputs, first_out
                 else:
                     inputs, out = call(case)
-                fresh = make_inputs(dict(case.dims), getattr(torch, case.dtype), self.device,
-                                    case.seed)
+                fresh = make_inputs(
+                    dict(case.dims), getattr(torch, case.dtype), self.device, case.seed
+                )
                 _check_inputs_unchanged(fresh, inputs)
                 ref = reference(*_clone_inputs(fresh))
                 tol = self.kernel["tolerance"][case.dtype]
@@ -362,30 +372,30 @@ class Evaluation:
             except CaseFailure as failure:
                 failure.reason = f"{case.label} seed {case.seed}: {failure.reason}"
                 raise
-            except Exception as exc:  # noqa: BLE001
-                failure = classify_exception(exc, "correctness")
-                failure.reason = f"{case.label} seed {case.seed}: {failure.reason}"
-                raise failure from exc
+            except Exception as exc:
+                classified = classify_exception(exc, "correctness")
+                classified.reason = f"{case.label} seed {case.seed}: {classified.reason}"
+                raise classified from exc
         del first_inputs, first_out
 
         self.enter("benchmark")
         settings = TimingSettings(**self.options.get("timing", {}))
         timings: dict[str, float] = {}
         for case in self.timed_cases(cases):
-            inputs = make_inputs(dict(case.dims), getattr(torch, case.dtype), self.device,
-                                 case.seed)
-            fn = lambda: launcher(*inputs, **self.knobs)  # noqa: B023, E731
+            inputs = make_inputs(
+                dict(case.dims), getattr(torch, case.dtype), self.device, case.seed
+            )
+            fn = lambda: launcher(*inputs, **self.knobs)  # noqa: B023
             try:
                 if self.device == "cuda":
                     median, _ = gpu_median_seconds(fn, settings)
                 else:
                     median, _ = wall_median_seconds(fn, settings)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 raise classify_exception(exc, "benchmark") from exc
             timings[case.label] = median
         self.enter("done")
-        objective = math.exp(sum(math.log(max(t, 1e-12)) for t in timings.values())
-                             / len(timings))
+        objective = math.exp(sum(math.log(max(t, 1e-12)) for t in timings.values()) / len(timings))
         return {
             "outcome": "ok",
             "time_s": objective,
@@ -408,12 +418,19 @@ def _serve(channel: Channel, device: str, loader: ModuleLoader) -> None:
             result = evaluation.run()
         except CaseFailure as failure:
             fatal = failure.fatal
-            result = {"outcome": failure.outcome, "reason": failure.reason,
-                      "phase": evaluation.phase, "phase_seconds": evaluation.phase_seconds}
+            result = {
+                "outcome": failure.outcome,
+                "reason": failure.reason,
+                "phase": evaluation.phase,
+                "phase_seconds": evaluation.phase_seconds,
+            }
         except Exception as exc:  # noqa: BLE001 - e.g. the module raised at import
-            result = {"outcome": "runtime_error", "phase": evaluation.phase,
-                      "reason": _short("".join(traceback.format_exception_only(type(exc), exc))),
-                      "phase_seconds": evaluation.phase_seconds}
+            result = {
+                "outcome": "runtime_error",
+                "phase": evaluation.phase,
+                "reason": _short("".join(traceback.format_exception_only(type(exc), exc))),
+                "phase_seconds": evaluation.phase_seconds,
+            }
         channel.send({"type": "result", "result": result, "fatal": fatal})
         if fatal:
             return

@@ -9,14 +9,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Union
 
-__all__ = ["DTYPE_NAMES", "KnobValue", "KernelSpec", "Roofline", "Shape", "Tolerance"]
+__all__ = ["DTYPE_NAMES", "KernelSpec", "KnobValue", "Roofline", "Shape", "Tolerance"]
 
-KnobValue = Union[int, float, str, bool]
+KnobValue = int | float | str | bool
 
 #: Canonical dtype names accepted in ``dtypes`` (aliases are mapped onto these by the loader).
-DTYPE_NAMES: tuple[str, ...] = ("float16", "bfloat16", "float32", "float64", "int8", "int32", "int64")
+DTYPE_NAMES: tuple[str, ...] = (
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "int8",
+    "int32",
+    "int64",
+)
 
 
 @dataclass(frozen=True)

@@ -116,8 +116,10 @@ class SqliteStore:
                 f"BEGIN IMMEDIATE; {_SCHEMA} PRAGMA user_version={SCHEMA_VERSION}; COMMIT;"
             )
         except (sqlite3.Error, OSError) as exc:
-            raise StoreError(f"cannot open the store {path}: {exc}; check the path, its "
-                             "permissions and free disk space, or choose --state-dir") from exc
+            raise StoreError(
+                f"cannot open the store {path}: {exc}; check the path, its "
+                "permissions and free disk space, or choose --state-dir"
+            ) from exc
 
     def close(self) -> None:
         self._db.close()
@@ -133,8 +135,10 @@ class SqliteStore:
                 raise
             self._db.execute("COMMIT")
         except sqlite3.Error as exc:
-            raise StoreError(f"writing the store {self.path} failed: {exc}; nothing of this "
-                             "write was saved (check free disk space and permissions)") from exc
+            raise StoreError(
+                f"writing the store {self.path} failed: {exc}; nothing of this "
+                "write was saved (check free disk space and permissions)"
+            ) from exc
 
     def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
         try:
@@ -150,14 +154,20 @@ class SqliteStore:
         """Record ``spec`` as the kernel's current generation. True if the generation is new."""
         now = time.time()
         with self._transaction() as db:
-            row = db.execute("SELECT generation FROM kernels WHERE name=?",
-                             (spec.name,)).fetchone()
-            db.execute("INSERT OR IGNORE INTO sources VALUES (?, ?)",
-                       (source_hash(spec.module_source), spec.module_source))
+            row = db.execute("SELECT generation FROM kernels WHERE name=?", (spec.name,)).fetchone()
+            db.execute(
+                "INSERT OR IGNORE INTO sources VALUES (?, ?)",
+                (source_hash(spec.module_source), spec.module_source),
+            )
             db.execute(
                 "INSERT OR IGNORE INTO generations VALUES (?, ?, ?, ?, ?)",
-                (spec.generation, spec.name, source_hash(spec.module_source),
-                 json.dumps(_spec_summary(spec), sort_keys=True), now),
+                (
+                    spec.generation,
+                    spec.name,
+                    source_hash(spec.module_source),
+                    json.dumps(_spec_summary(spec), sort_keys=True),
+                    now,
+                ),
             )
             db.execute(
                 "INSERT INTO kernels VALUES (?, ?, ?, 'active', '', ?, ?) ON CONFLICT(name) DO "
@@ -172,19 +182,33 @@ class SqliteStore:
         """Remember an entry that failed validation; a known kernel there is marked invalid."""
         now = time.time()
         with self._transaction() as db:
-            db.execute("INSERT OR REPLACE INTO invalid_entries VALUES (?, ?, ?)",
-                       (directory, problems, now))
-            db.execute("UPDATE kernels SET state='invalid', reason=?, updated_at=? "
-                       "WHERE directory=?", (problems, now, directory))
+            db.execute(
+                "INSERT OR REPLACE INTO invalid_entries VALUES (?, ?, ?)",
+                (directory, problems, now),
+            )
+            db.execute(
+                "UPDATE kernels SET state='invalid', reason=?, updated_at=? WHERE directory=?",
+                (problems, now, directory),
+            )
 
     def invalid_entries(self) -> dict[str, str]:
-        return {r["directory"]: r["problems"]
-                for r in self._query("SELECT * FROM invalid_entries ORDER BY directory")}
+        return {
+            r["directory"]: r["problems"]
+            for r in self._query("SELECT * FROM invalid_entries ORDER BY directory")
+        }
 
     def kernels(self) -> list[KernelRow]:
-        return [KernelRow(name=r["name"], directory=r["directory"], generation=r["generation"],
-                          state=r["state"], reason=r["reason"], weight=r["weight"])
-                for r in self._query("SELECT * FROM kernels ORDER BY name")]
+        return [
+            KernelRow(
+                name=r["name"],
+                directory=r["directory"],
+                generation=r["generation"],
+                state=r["state"],
+                reason=r["reason"],
+                weight=r["weight"],
+            )
+            for r in self._query("SELECT * FROM kernels ORDER BY name")
+        ]
 
     def kernel(self, name: str) -> KernelRow | None:
         return next((k for k in self.kernels() if k.name == name), None)
@@ -198,8 +222,10 @@ class SqliteStore:
     def record_fingerprint(self, fingerprint: Mapping[str, str]) -> str:
         fid = fingerprint_id(fingerprint)
         with self._transaction() as db:
-            db.execute("INSERT OR IGNORE INTO fingerprints VALUES (?, ?, ?)",
-                       (fid, json.dumps(dict(fingerprint), sort_keys=True), time.time()))
+            db.execute(
+                "INSERT OR IGNORE INTO fingerprints VALUES (?, ?, ?)",
+                (fid, json.dumps(dict(fingerprint), sort_keys=True), time.time()),
+            )
         return fid
 
     def fingerprint(self, fid: str) -> dict[str, str]:
@@ -212,26 +238,52 @@ class SqliteStore:
         """Record a candidate before it is evaluated (idempotent). Returns its id."""
         cid = candidate.id
         with self._transaction() as db:
-            db.execute("INSERT OR IGNORE INTO sources VALUES (?, ?)",
-                       (source_hash(candidate.source), candidate.source))
+            db.execute(
+                "INSERT OR IGNORE INTO sources VALUES (?, ?)",
+                (source_hash(candidate.source), candidate.source),
+            )
             db.execute(
                 "INSERT OR IGNORE INTO candidates VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (cid, candidate.generation, candidate.kernel, source_hash(candidate.source),
-                 canonical_knobs(candidate.knobs), candidate.provenance.value,
-                 candidate.strategy, candidate.parent_id, time.time()),
+                (
+                    cid,
+                    candidate.generation,
+                    candidate.kernel,
+                    source_hash(candidate.source),
+                    canonical_knobs(candidate.knobs),
+                    candidate.provenance.value,
+                    candidate.strategy,
+                    candidate.parent_id,
+                    time.time(),
+                ),
             )
         return cid
 
-    def record_evaluation(self, candidate: Candidate, fingerprint: str, result: EvalResult, *,
-                          started_at: float, wall_s: float) -> None:
+    def record_evaluation(
+        self,
+        candidate: Candidate,
+        fingerprint: str,
+        result: EvalResult,
+        *,
+        started_at: float,
+        wall_s: float,
+    ) -> None:
         with self._transaction() as db:
             db.execute(
                 "INSERT INTO evaluations (candidate_id, generation, kernel, fingerprint, outcome,"
                 " time_s, timing_kind, result_json, started_at, wall_s)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (candidate.id, candidate.generation, candidate.kernel, fingerprint,
-                 result.outcome.value, result.time_s, result.timing_kind,
-                 json.dumps(result.to_dict(), sort_keys=True), started_at, wall_s),
+                (
+                    candidate.id,
+                    candidate.generation,
+                    candidate.kernel,
+                    fingerprint,
+                    result.outcome.value,
+                    result.time_s,
+                    result.timing_kind,
+                    json.dumps(result.to_dict(), sort_keys=True),
+                    started_at,
+                    wall_s,
+                ),
             )
 
     def trials(self, kernel: str, generation: str, fingerprint: str) -> list[TrialRow]:
@@ -248,11 +300,18 @@ class SqliteStore:
             if r["id"] in seen:
                 continue
             seen.add(r["id"])
-            out.append(TrialRow(candidate_id=r["id"], knobs=json.loads(r["knobs_json"]),
-                                provenance=Provenance(r["provenance"]), strategy=r["strategy"],
-                                parent_id=r["parent_id"], source_hash=r["source_hash"],
-                                result=EvalResult.from_dict(json.loads(r["result_json"])),
-                                wall_s=float(r["wall_s"])))
+            out.append(
+                TrialRow(
+                    candidate_id=r["id"],
+                    knobs=json.loads(r["knobs_json"]),
+                    provenance=Provenance(r["provenance"]),
+                    strategy=r["strategy"],
+                    parent_id=r["parent_id"],
+                    source_hash=r["source_hash"],
+                    result=EvalResult.from_dict(json.loads(r["result_json"])),
+                    wall_s=float(r["wall_s"]),
+                )
+            )
         return out
 
     def best(self, kernel: str, fingerprint: str | None = None) -> BestRow | None:
@@ -271,35 +330,64 @@ class SqliteStore:
         if not rows:
             return None
         top = rows[0]
-        baseline = next((r for r in rows if r["provenance"] == Provenance.ORIGINAL.value
-                         and r["fingerprint"] == top["fingerprint"]), None)
-        return BestRow(kernel=kernel, generation=k.generation, candidate_id=top["id"],
-                       knobs=json.loads(top["knobs_json"]), source_hash=top["source_hash"],
-                       provenance=Provenance(top["provenance"]), time_s=float(top["time_s"]),
-                       baseline_time_s=float(baseline["time_s"]) if baseline else None,
-                       fingerprint=top["fingerprint"], timing_kind=top["timing_kind"])
+        baseline = next(
+            (
+                r
+                for r in rows
+                if r["provenance"] == Provenance.ORIGINAL.value
+                and r["fingerprint"] == top["fingerprint"]
+            ),
+            None,
+        )
+        return BestRow(
+            kernel=kernel,
+            generation=k.generation,
+            candidate_id=top["id"],
+            knobs=json.loads(top["knobs_json"]),
+            source_hash=top["source_hash"],
+            provenance=Provenance(top["provenance"]),
+            time_s=float(top["time_s"]),
+            baseline_time_s=float(baseline["time_s"]) if baseline else None,
+            fingerprint=top["fingerprint"],
+            timing_kind=top["timing_kind"],
+        )
 
     # -- policy state
 
-    def save_policy_state(self, kernel: str, generation: str, fingerprint: str, policy: str,
-                          state: Mapping[str, Any]) -> None:
+    def save_policy_state(
+        self, kernel: str, generation: str, fingerprint: str, policy: str, state: Mapping[str, Any]
+    ) -> None:
         with self._transaction() as db:
-            db.execute("INSERT OR REPLACE INTO policy_state VALUES (?, ?, ?, ?, ?, ?)",
-                       (kernel, generation, fingerprint, policy,
-                        json.dumps(dict(state), sort_keys=True), time.time()))
+            db.execute(
+                "INSERT OR REPLACE INTO policy_state VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    kernel,
+                    generation,
+                    fingerprint,
+                    policy,
+                    json.dumps(dict(state), sort_keys=True),
+                    time.time(),
+                ),
+            )
 
-    def policy_state(self, kernel: str, generation: str, fingerprint: str,
-                     policy: str) -> dict[str, Any] | None:
-        rows = self._query("SELECT state_json FROM policy_state WHERE kernel=? AND generation=?"
-                           " AND fingerprint=? AND policy=?",
-                           (kernel, generation, fingerprint, policy))
+    def policy_state(
+        self, kernel: str, generation: str, fingerprint: str, policy: str
+    ) -> dict[str, Any] | None:
+        rows = self._query(
+            "SELECT state_json FROM policy_state WHERE kernel=? AND generation=?"
+            " AND fingerprint=? AND policy=?",
+            (kernel, generation, fingerprint, policy),
+        )
         return dict(json.loads(rows[0]["state_json"])) if rows else None
 
 
 def _spec_summary(spec: KernelSpec) -> dict[str, Any]:
     return {
-        "module": spec.module, "launcher": spec.launcher, "inputs": spec.inputs,
-        "reference": spec.reference, "dtypes": list(spec.dtypes),
+        "module": spec.module,
+        "launcher": spec.launcher,
+        "inputs": spec.inputs,
+        "reference": spec.reference,
+        "dtypes": list(spec.dtypes),
         "shapes": [{"dims": dict(s.dims), "perf": s.perf} for s in spec.shapes],
         "knobs": {k: list(v) for k, v in spec.knobs.items()},
         "baseline_knobs": dict(spec.baseline_knobs),

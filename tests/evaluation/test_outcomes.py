@@ -1,0 +1,188 @@
+"""Every outcome of an evaluation, produced by a real (deliberately broken) Triton kernel."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ADD_SOURCE, WriteEntry
+from tuned.evaluation import EvaluationSettings, WorkerClient
+from tuned.outcomes import Candidate, Outcome, Provenance
+from tuned.registry import KernelSpec, load_entry
+
+# (name, edit of the source as (old, new), knobs, expected outcome, expected phase)
+BROKEN = [
+    ("ok", None, {"BLOCK": 128}, Outcome.OK, ""),
+    ("syntax", ("def add(", "def add(("), {}, Outcome.REJECTED_STATIC, "static"),
+    ("no_launcher", ("def add(", "def plus("), {}, Outcome.REJECTED_STATIC, "static"),
+    ("non_power_of_two_block", None, {"BLOCK": 100}, Outcome.COMPILE_ERROR, "compile"),
+    (
+        "raises",
+        ("out = torch.empty_like(x)", "raise RuntimeError('boom')"),
+        {},
+        Outcome.RUNTIME_ERROR,
+        "compile",
+    ),
+    (
+        "import_error",
+        ("import torch\n", "import torch\nimport no_such_module\n"),
+        {},
+        Outcome.RUNTIME_ERROR,
+        "load",
+    ),
+    (
+        "wrong_result",
+        ("x + y, mask=mask)", "x - y, mask=mask)"),
+        {},
+        Outcome.INCORRECT,
+        "correctness",
+    ),
+    (
+        "off_by_one",
+        ("mask = offs < n", "mask = offs < n - 1"),
+        {},
+        Outcome.INCORRECT,
+        "correctness",
+    ),
+    (
+        "nan",
+        ("x + y, mask=mask)", "(x + y) * float('nan'), mask=mask)"),
+        {},
+        Outcome.NAN,
+        "correctness",
+    ),
+    (
+        "aborts",
+        ("out = torch.empty_like(x)", "import os; os.abort()"),
+        {},
+        Outcome.CRASH,
+        "compile",
+    ),
+    (
+        "hangs",
+        ("out = torch.empty_like(x)", "import time; time.sleep(3600)"),
+        {},
+        Outcome.TIMEOUT,
+        "compile",
+    ),
+    (
+        "hangs_in_kernel",
+        ("mask = offs < n", "mask = offs < n\n    while n > 0:\n        n = n + 1"),
+        {},
+        Outcome.TIMEOUT,
+        "compile",
+    ),
+    (
+        "mutates_input",
+        ("return out", "x.add_(1)\n    return out"),
+        {},
+        Outcome.CHEAT,
+        "correctness",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerClient]:
+    settings = EvaluationSettings(
+        interpreter=True,
+        compile_timeout_s=6.0,
+        correctness_timeout_s=20.0,
+        benchmark_timeout_s=20.0,
+    )
+    with WorkerClient(workdir=tmp_path_factory.mktemp("worker"), settings=settings) as c:
+        yield c
+
+
+@pytest.fixture
+def spec(write_entry: WriteEntry) -> KernelSpec:
+    return load_entry(write_entry())
+
+
+def _candidate(spec: KernelSpec, source: str, knobs: dict[str, int]) -> Candidate:
+    return Candidate(
+        kernel=spec.name,
+        generation=spec.generation,
+        source=source,
+        knobs=knobs,
+        provenance=Provenance.PARAMETRIC,
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "edit", "knobs", "outcome", "phase"), BROKEN, ids=[b[0] for b in BROKEN]
+)
+def test_each_outcome(
+    client: WorkerClient,
+    spec: KernelSpec,
+    name: str,
+    edit: tuple[str, str] | None,
+    knobs: dict[str, int],
+    outcome: Outcome,
+    phase: str,
+) -> None:
+    source = ADD_SOURCE
+    if edit is not None:
+        assert edit[0] in source, "the test's edit no longer applies"
+        source = source.replace(edit[0], edit[1])
+    result = client.evaluate(spec, _candidate(spec, source, knobs))
+    assert result.outcome is outcome, result.reason
+    assert result.phase == phase
+    if outcome is Outcome.OK:
+        assert result.time_s is not None and result.time_s > 0
+        assert result.timing_kind == "interpreter"
+        assert result.checked_cases == 2 * 2 * 2  # shapes x dtypes x seeds
+    else:
+        assert result.time_s is None
+        assert result.reason
+
+
+def test_worker_is_replaced_after_a_crash(client: WorkerClient, spec: KernelSpec) -> None:
+    crash = ADD_SOURCE.replace("out = torch.empty_like(x)", "import os; os.abort()")
+    starts = client.starts
+    assert client.evaluate(spec, _candidate(spec, crash, {})).outcome is Outcome.CRASH
+    result = client.evaluate(spec, _candidate(spec, ADD_SOURCE, {"BLOCK": 512}))
+    assert result.outcome is Outcome.OK
+    assert client.starts == starts + 1
+
+
+def test_failure_reason_names_the_case(client: WorkerClient, spec: KernelSpec) -> None:
+    wrong = ADD_SOURCE.replace("mask = offs < n", "mask = offs < n - 1")
+    result = client.evaluate(spec, _candidate(spec, wrong, {}))
+    assert "N=3000/float16 seed 0" in result.reason
+    assert "outside atol=0.01" in result.reason
+
+
+def test_candidate_prints_do_not_break_the_protocol(client: WorkerClient, spec: KernelSpec) -> None:
+    noisy = ADD_SOURCE.replace("return out", 'print("{\\"type\\": \\"result\\"}")\n    return out')
+    assert client.evaluate(spec, _candidate(spec, noisy, {})).outcome is Outcome.OK
+
+
+def test_secrets_never_reach_the_worker(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, spec: KernelSpec
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    monkeypatch.setenv("KTUNED_LLM_TOKEN", "secret")
+    probe = ADD_SOURCE.replace(
+        "out = torch.empty_like(x)",
+        "import os\n    assert not [k for k in os.environ if 'KEY' in k or 'TOKEN' in k], "
+        "sorted(os.environ)\n    assert os.environ['TRITON_CACHE_DIR'].startswith("
+        f"{str(tmp_path)!r})\n    out = torch.empty_like(x)",
+    )
+    settings = EvaluationSettings(interpreter=True)
+    with WorkerClient(workdir=tmp_path / "w", settings=settings) as c:
+        result = c.evaluate(spec, _candidate(spec, probe, {}))
+    assert result.outcome is Outcome.OK, result.reason
+
+
+def test_reference_defaults_to_the_original_launcher(
+    client: WorkerClient, write_entry: WriteEntry
+) -> None:
+    yaml = (Path(write_entry()) / "kernel.yaml").read_text().replace("reference: reference\n", "")
+    spec = load_entry(write_entry(name="noref", yaml=yaml.replace("name: add", "name: noref")))
+    assert spec.reference is None
+    assert client.evaluate(spec, _candidate(spec, ADD_SOURCE, {"BLOCK": 64})).outcome is Outcome.OK
+    wrong = ADD_SOURCE.replace("x + y, mask=mask)", "x - y, mask=mask)")
+    assert client.evaluate(spec, _candidate(spec, wrong, {})).outcome is Outcome.INCORRECT

@@ -1,0 +1,363 @@
+"""Loading registry entries into :class:`~tuned.registry.spec.KernelSpec`, without running them.
+
+An entry is a directory holding ``kernel.yaml`` and the Python module(s) it names. The loader
+reads files with size caps, parses YAML with PyYAML's safe loader and Python with
+:mod:`ast`, and never imports or executes anything from the entry. It reports every problem
+of an entry at once (:class:`~tuned.registry.problems.Problem`: file, field, reason), and
+:func:`scan_registry` keeps going past invalid entries so one bad kernel never stops the
+others.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from yaml.constructor import ConstructorError
+
+from tuned.errors import BadInputError, RegistryError
+from tuned.registry.knobs import check_knobs
+from tuned.registry.problems import Problem, Problems, show
+from tuned.registry.roofline import check_roofline
+from tuned.registry.source import check_functions, launcher_defaults, outline_module
+from tuned.registry.spec import KernelSpec, KnobValue
+from tuned.registry.validate import (
+    TOP_LEVEL_KEYS,
+    check_dtypes,
+    check_function_name,
+    check_module_path,
+    check_name,
+    check_shapes,
+    check_tolerance,
+    check_top_level,
+    check_weight,
+)
+
+__all__ = [
+    "KERNEL_YAML",
+    "MAX_PY_BYTES",
+    "MAX_PY_FILES",
+    "MAX_YAML_BYTES",
+    "RegistryScan",
+    "load_entry",
+    "scan_registry",
+]
+
+KERNEL_YAML = "kernel.yaml"
+MAX_YAML_BYTES = 1 << 20
+MAX_PY_BYTES = 4 << 20
+#: More Python files than this in one entry is almost surely a misplaced tree (a venv, a repo).
+MAX_PY_FILES = 256
+_FUNCTION_KEYS = ("launcher", "inputs", "reference")
+
+
+@dataclass(frozen=True)
+class RegistryScan:
+    """The outcome of :func:`scan_registry`.
+
+    ``entries`` are the valid entries (sorted by directory name), ``problems`` every problem of
+    the invalid ones, and ``invalid`` the same problems keyed by entry directory (as given).
+    """
+
+    entries: list[KernelSpec]
+    problems: list[Problem]
+    invalid: dict[str, list[Problem]]
+
+    def summary(self) -> str:
+        return f"{len(self.entries)} entries ok, {len(self.invalid)} invalid"
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader (what ``yaml.safe_load`` uses) that also rejects duplicate keys.
+
+    YAML requires keys to be unique, but PyYAML silently keeps the last value, so a second
+    ``knobs:`` would quietly replace the first. Explicit keys may still override ``<<`` merges.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
+        seen: set[object] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, Hashable):
+                continue  # the base class reports unhashable keys
+            if key in seen:
+                raise ConstructorError(
+                    None,
+                    None,
+                    f"duplicate key {show(key)}; YAML keys must be unique (a second value "
+                    "would silently replace the first)",
+                    key_node.start_mark,
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _read_bytes(path: Path, cap: int, out: Problems) -> bytes | None:
+    """The bytes of the regular file ``path`` if it is at most ``cap`` bytes, else a problem."""
+    limit = f"{cap >> 20} MiB"
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            out.add("", "not a regular file", file=path)
+            return None
+        with path.open("rb") as fh:
+            data = fh.read(cap + 1)
+    except OSError as exc:
+        out.add("", f"cannot read: {exc.strerror or exc}", file=path)
+        return None
+    if len(data) > cap:
+        out.add("", f"larger than {limit}; registry files must stay below it", file=path)
+        return None
+    return data
+
+
+def _decode(data: bytes, path: Path, out: Problems) -> str | None:
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        out.add("", f"not valid UTF-8 (line {line}, byte {exc.start}); save it as UTF-8", file=path)
+        return None
+
+
+def _parse_yaml(text: str, out: Problems) -> dict[object, object] | None:
+    """The top-level mapping of ``kernel.yaml``, or None after recording why there is none."""
+    try:
+        # A SafeLoader subclass: only plain YAML types are built, no Python objects.
+        doc = yaml.load(text, Loader=_UniqueKeyLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        what = "; ".join(p for p in (exc.context, exc.problem) if p)
+        out.add("", f"invalid YAML{at}: {what}")
+        return None
+    except yaml.YAMLError as exc:
+        out.add("", f"invalid YAML: {exc}")
+        return None
+    except RecursionError:
+        out.add("", "invalid YAML: nested too deeply")
+        return None
+    keys = ", ".join(TOP_LEVEL_KEYS)
+    if doc is None:
+        out.add("", f"empty; kernel.yaml must be a mapping with the keys {keys}")
+        return None
+    if not isinstance(doc, dict):
+        out.add("", f"the top level must be a mapping with the keys {keys}, got {show(doc)}")
+        return None
+    return doc
+
+
+def _python_files(directory: Path, out: Problems) -> list[str]:
+    """Relative POSIX paths of the entry's ``*.py`` files, skipping hidden and cache dirs."""
+
+    def unreadable(exc: OSError) -> None:
+        out.add("", f"cannot list: {exc.strerror or exc}", file=Path(exc.filename or directory))
+
+    found: list[str] = []
+    for top, dirs, files in os.walk(directory, onerror=unreadable):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "__pycache__")
+        for name in sorted(files):
+            if name.endswith(".py") and not name.startswith("."):
+                found.append((Path(top) / name).relative_to(directory).as_posix())
+        if len(found) > MAX_PY_FILES:
+            out.add(
+                "",
+                f"more than {MAX_PY_FILES} .py files; an entry directory should hold only the "
+                "kernel's module(s)",
+                file=directory,
+            )
+            break
+    return sorted(found)
+
+
+def _read_sources(directory: Path, module: str, out: Problems) -> dict[str, bytes] | None:
+    """Bytes of the module and every other ``*.py`` of the entry, by relative path."""
+    rels = _python_files(directory, out)
+    if module not in rels:
+        rels.append(module)  # a module inside a hidden directory is still the module
+    root = directory.resolve()
+    sources: dict[str, bytes] = {}
+    for rel in rels:
+        path = directory / rel
+        try:
+            inside = path.resolve().is_relative_to(root)
+        except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python < 3.13)
+            out.add("", f"cannot resolve: {exc}", file=path)
+            continue
+        if not inside:
+            out.add("", "a symlink to a file outside the entry directory; copy it in", file=path)
+            continue
+        data = _read_bytes(path, MAX_PY_BYTES, out)
+        if data is not None:
+            sources[rel] = data
+    return sources if len(sources) == len(rels) else None
+
+
+def _generation(files: Mapping[str, bytes]) -> str:
+    """SHA-256 over (path, NUL, content, NUL) of each file in sorted relative-path order."""
+    digest = hashlib.sha256()
+    for rel in sorted(files):
+        digest.update(rel.encode() + b"\0")
+        digest.update(files[rel] + b"\0")
+    return digest.hexdigest()
+
+
+def _entry_paths(path: Path) -> tuple[Path, Path]:
+    """(entry directory, its kernel.yaml) for a directory or a kernel.yaml path."""
+    if path.name == KERNEL_YAML and not path.is_dir():
+        return path.parent, path
+    return path, path / KERNEL_YAML
+
+
+def _check_module(
+    source: str,
+    directory: Path,
+    module: str,
+    functions: Mapping[str, str | None],
+    knobs: Mapping[str, tuple[KnobValue, ...]],
+    out: Problems,
+) -> dict[str, KnobValue]:
+    """Check the named functions against the module's syntax tree; return the baseline knobs."""
+    outline = outline_module(source, directory / module, out)
+    if outline is None:
+        return {}
+    check_functions(outline, module, functions, out)
+    launcher = outline.functions.get(functions["launcher"] or "")
+    return {} if launcher is None else launcher_defaults(launcher, knobs, module, out)
+
+
+def _load(path: Path) -> tuple[KernelSpec | None, list[Problem]]:
+    directory, yaml_path = _entry_paths(path)
+    out = Problems(yaml_path)
+    if not yaml_path.exists():
+        out.add(
+            "",
+            f"not found; a registry entry is a directory holding {KERNEL_YAML} (name, module, "
+            "launcher, inputs, shapes, dtypes) and the module it names",
+        )
+        return None, out.items
+    raw = _read_bytes(yaml_path, MAX_YAML_BYTES, out)
+    text = None if raw is None else _decode(raw, yaml_path, out)
+    doc = None if text is None else _parse_yaml(text, out)
+    if raw is None or doc is None:
+        return None, out.items
+
+    check_top_level(doc, out)
+    name = check_name(doc.get("name"), out)
+    module = check_module_path(doc.get("module"), directory, out)
+    functions = {key: check_function_name(key, doc.get(key), out) for key in _FUNCTION_KEYS}
+    shapes, dims = check_shapes(doc.get("shapes"), out)
+    dtypes = check_dtypes(doc.get("dtypes"), out)
+    tolerance = check_tolerance(doc.get("tolerance"), dtypes, out)
+    knobs = check_knobs(doc.get("knobs"), out)
+    weight = check_weight(doc.get("weight"), out)
+    roofline = check_roofline(doc.get("roofline"), dims, out)
+
+    if module is None:
+        return None, out.items
+    sources = _read_sources(directory, module, out)
+    texts: dict[str, str | None] = {}
+    if sources is not None:
+        texts = {rel: _decode(data, directory / rel, out) for rel, data in sources.items()}
+    source = texts.get(module)
+    baseline = (
+        {} if source is None else _check_module(source, directory, module, functions, knobs, out)
+    )
+
+    if out.items:
+        return None, out.items
+    # No problems: every required field was present and valid.
+    assert sources is not None and source is not None and dtypes is not None
+    launcher_name, inputs_name = functions["launcher"], functions["inputs"]
+    assert launcher_name is not None and inputs_name is not None
+    spec = KernelSpec(
+        name=name,
+        directory=directory.absolute(),
+        module=module,
+        launcher=launcher_name,
+        inputs=inputs_name,
+        reference=functions["reference"],
+        shapes=shapes,
+        dtypes=dtypes,
+        tolerance=tolerance,
+        knobs=knobs,
+        knobs_declared=doc.get("knobs") is not None,
+        baseline_knobs=baseline,
+        weight=weight,
+        roofline=roofline,
+        module_source=source,
+        generation=_generation({KERNEL_YAML: raw, **sources}),
+        extra_files={r: t for r, t in texts.items() if r != module and t is not None},
+    )
+    return spec, []
+
+
+def load_entry(path: str | os.PathLike[str]) -> KernelSpec:
+    """Load and validate one entry: its directory, or its ``kernel.yaml``.
+
+    Raises :class:`~tuned.errors.RegistryError` listing every problem of the entry.
+    """
+    spec, problems = _load(Path(path))
+    if spec is None:
+        raise RegistryError([*problems])  # list[object]: RegistryError does not know Problem
+    return spec
+
+
+def scan_registry(root: str | os.PathLike[str]) -> RegistryScan:
+    """Load every entry under ``root``; invalid entries are reported, never fatal.
+
+    ``root`` is either one entry (it holds ``kernel.yaml``) or a directory whose immediate,
+    non-hidden subdirectories holding ``kernel.yaml`` are entries, loaded in name order.
+    Other subdirectories are ignored. A name already taken by an earlier entry makes the
+    later entry invalid. Raises :class:`~tuned.errors.BadInputError` when ``root`` is not a
+    directory.
+    """
+    root = Path(root)
+    if not root.exists():
+        raise BadInputError(
+            f"registry directory {root} does not exist; pass the directory that holds one "
+            f"subdirectory per kernel, each with a {KERNEL_YAML}"
+        )
+    if not root.is_dir():
+        raise BadInputError(f"registry path {root} is not a directory")
+    if (root / KERNEL_YAML).exists():
+        directories = [root]
+    else:
+        try:
+            children = sorted(root.iterdir(), key=lambda p: p.name)
+        except OSError as exc:
+            raise BadInputError(f"cannot list registry directory {root}: {exc}") from exc
+        directories = [
+            d
+            for d in children
+            if not d.name.startswith(".") and d.is_dir() and (d / KERNEL_YAML).exists()
+        ]
+    entries: list[KernelSpec] = []
+    problems: list[Problem] = []
+    invalid: dict[str, list[Problem]] = {}
+    owners: dict[str, Path] = {}
+    for directory in directories:
+        spec, found = _load(directory)
+        if spec is not None and spec.name in owners:
+            found = [
+                Problem(
+                    file=directory / KERNEL_YAML,
+                    field="name",
+                    reason=f"name '{spec.name}' already used by {owners[spec.name]}; names "
+                    "identify kernels, give each entry its own",
+                )
+            ]
+        if spec is None or found:
+            problems.extend(found)
+            invalid[str(directory)] = found
+            continue
+        owners[spec.name] = directory
+        entries.append(spec)
+    return RegistryScan(entries=entries, problems=problems, invalid=invalid)
