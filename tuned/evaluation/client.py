@@ -85,6 +85,9 @@ def worker_environment(
         if (k in _ENV_KEEP or k.startswith(_ENV_KEEP_PREFIXES))
         and not any(marker in k.upper() for marker in _ENV_SECRET_MARKERS)
     }
+    # The worker imports ``tuned`` and ``profilers`` from wherever this process found them.
+    code_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (code_root, env.get("PYTHONPATH")) if p)
     env["TRITON_CACHE_DIR"] = str(cache_dir)
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
