@@ -52,7 +52,7 @@ def eager_reference_seconds(spec: KernelSpec, timed: list[str], device: str) -> 
         dims_text, dtype = label.split("/")
         dims = {k: int(v) for k, v in (part.split("=") for part in dims_text.split("x"))}
         inputs = make_inputs(dims, getattr(torch, dtype), device, 0)
-        fn = lambda: reference(*inputs)  # noqa: B023, E731
+        fn = lambda: reference(*inputs)  # noqa: B023
         fn()
         if device == "cuda":
             median, _ = gpu_median_seconds(fn, TimingSettings())
@@ -80,10 +80,14 @@ def main() -> int:
         return progress[0].update
 
     started = time.monotonic()
-    report = tune_registry(args.registry, store=store, state_dir=args.state_dir,
-                           settings=TuneSettings(budget=args.budget, policy=args.policy),
-                           evaluation=EvaluationSettings(interpreter=interpreter),
-                           on_start=on_start)
+    report = tune_registry(
+        args.registry,
+        store=store,
+        state_dir=args.state_dir,
+        settings=TuneSettings(budget=args.budget, policy=args.policy),
+        evaluation=EvaluationSettings(interpreter=interpreter),
+        on_start=on_start,
+    )
     if progress:
         progress[0].close()
     wall = time.monotonic() - started
@@ -92,13 +96,19 @@ def main() -> int:
 
     fp = report.fingerprint
     kind = "interpreter timings (CPU)" if interpreter else "GPU timings (CUDA events, L2 flushed)"
-    print(f"\n{datetime.date.today()} · {fp.get('gpu_model')} · driver {fp.get('driver', '-')} · "
-          f"CUDA {fp.get('cuda', '-')} · triton {fp.get('triton')} · torch {fp.get('torch')} · "
-          f"{platform.node()} · {kind}")
-    print(f"command: python bench/tune_examples.py --budget {args.budget} --policy {args.policy}"
-          f" (this invocation: {wall:.0f} s wall)\n")
-    print("| kernel | timed cases | baseline | best | speedup | evaluations | failures | "
-          "worker s | PyTorch eager | best vs eager |")
+    print(
+        f"\n{datetime.date.today()} · {fp.get('gpu_model')} · driver {fp.get('driver', '-')} · "
+        f"CUDA {fp.get('cuda', '-')} · triton {fp.get('triton')} · torch {fp.get('torch')} · "
+        f"{platform.node()} · {kind}"
+    )
+    print(
+        f"command: python bench/tune_examples.py --budget {args.budget} --policy {args.policy}"
+        f" (this invocation: {wall:.0f} s wall)\n"
+    )
+    print(
+        "| kernel | timed cases | baseline | best | speedup | evaluations | failures | "
+        "worker s | PyTorch eager | best vs eager |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for s in report.summaries:
         spec = specs[s.kernel]
@@ -106,12 +116,16 @@ def main() -> int:
         eager = eager_reference_seconds(spec, timed, device) if s.best_s else None
         vs = f"{eager / s.best_s:.2f}x" if eager and s.best_s else "-"
         failures = ", ".join(f"{k} {v}" for k, v in s.failures.items()) or "none"
-        print(f"| {s.kernel} | {len(timed)} | {format_seconds(s.baseline_s)} | "
-              f"{format_seconds(s.best_s)} | {f'{s.speedup:.2f}x' if s.speedup else '-'} | "
-              f"{s.evaluations} | {failures} | {s.worker_seconds:.0f} | "
-              f"{format_seconds(eager)} | {vs} |")
-    print("\nTimes are geometric means over the timed cases (perf shapes x dtypes) of each "
-          "case's median.")
+        print(
+            f"| {s.kernel} | {len(timed)} | {format_seconds(s.baseline_s)} | "
+            f"{format_seconds(s.best_s)} | {f'{s.speedup:.2f}x' if s.speedup else '-'} | "
+            f"{s.evaluations} | {failures} | {s.worker_seconds:.0f} | "
+            f"{format_seconds(eager)} | {vs} |"
+        )
+    print(
+        "\nTimes are geometric means over the timed cases (perf shapes x dtypes) of each "
+        "case's median."
+    )
     for s in report.summaries:
         print(f"- {s.kernel} best knobs: {s.best_knobs}")
     store.close()

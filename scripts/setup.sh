@@ -28,6 +28,10 @@ fi
 echo "setup: preparing .venv for a $MODE machine (this takes a minute the first time)" >&2
 if [ "$MODE" = gpu ]; then
     "$PY" -m venv --system-site-packages .venv
+    # python3 may itself be a virtual environment (its packages are then not "system" ones):
+    # make every site-packages directory of the host interpreter visible in .venv.
+    SITE=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    "$PY" -c 'import site; print("\n".join(site.getsitepackages()))' > "$SITE/ktuned-host-site.pth"
     # Everything ktuned needs is already there; install ktuned itself without touching the network.
     .venv/bin/python -m pip install -q --no-deps --no-build-isolation -e .
     if [ "$DEV" = 1 ]; then

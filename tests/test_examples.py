@@ -24,7 +24,7 @@ REQUIRED = {"vector_add", "softmax", "layer_norm", "rms_norm", "matmul"}
 def test_the_example_registry_is_valid_and_complete() -> None:
     assert SCAN.problems == []
     names = {s.name for s in SCAN.entries}
-    assert REQUIRED <= names and len(names) >= 6
+    assert names >= REQUIRED and len(names) >= 6
     for spec in SCAN.entries:
         sizes = sorted(s.size() for s in spec.shapes)
         assert any(s.perf for s in spec.shapes), spec.name
@@ -52,9 +52,13 @@ def test_example_original_is_correct(client: WorkerClient, spec: object) -> None
     from tuned.registry import KernelSpec
 
     assert isinstance(spec, KernelSpec)
-    candidate = Candidate(kernel=spec.name, generation=spec.generation,
-                          source=spec.module_source, knobs=dict(spec.baseline_knobs),
-                          provenance=Provenance.ORIGINAL)
+    candidate = Candidate(
+        kernel=spec.name,
+        generation=spec.generation,
+        source=spec.module_source,
+        knobs=dict(spec.baseline_knobs),
+        provenance=Provenance.ORIGINAL,
+    )
     result = client.evaluate(spec, candidate)
     assert result.outcome is Outcome.OK, result.reason
     checked_shapes = len(spec.shapes) - len(result.skipped_cases) // len(spec.dtypes)

@@ -184,9 +184,10 @@ def _tune(args: argparse.Namespace) -> int:
     if report.problems:
         print(f"Skipped invalid entries:\n{format_problems(report.problems)}\n")
     fp = report.fingerprint
+    device = "CPU, Triton interpreter" if fp.get("mode") == "interpreter" else fp.get("gpu_model")
     print(
-        f"Device: {fp.get('gpu_model', '?')} ({fp.get('mode')}), triton {fp.get('triton')}, "
-        f"torch {fp.get('torch')}; store: {state / 'ktuned.sqlite'}"
+        f"Device: {device}; triton {fp.get('triton')}, torch {fp.get('torch')}; "
+        f"store: {state / 'ktuned.sqlite'}"
     )
     print(summary_table(report.summaries))
     return EXIT_OK
