@@ -28,9 +28,10 @@ __all__ = ["Campaign", "CampaignSummary", "TuneSettings"]
 @dataclass(frozen=True)
 class TuneSettings:
     """``budget``: evaluated candidates (besides the baseline) each kernel generation should
-    have on this machine's fingerprint; a rerun continues up to it."""
+    have on this machine's fingerprint; a rerun continues up to it. ``None``: no limit (the
+    daemon), until the knob space is exhausted."""
 
-    budget: int
+    budget: int | None
     policy: str = "random"
     seed: int = 0
 
@@ -43,7 +44,6 @@ class CampaignSummary:
     best_knobs: dict[str, object] = field(default_factory=dict)
     evaluations: int = 0
     outcomes: Counter[str] = field(default_factory=Counter)
-    new_evaluations: int = 0
     worker_seconds: float = 0.0
     timing_kind: str = ""
     note: str = ""
@@ -63,7 +63,7 @@ OnResult = Callable[[KernelSpec, Candidate, EvalResult, "CampaignSummary"], None
 
 
 class Campaign:
-    """Drives the policy for one kernel until its budget is reached or its space exhausted."""
+    """Drives the policy for one kernel, one evaluation per :meth:`step`."""
 
     def __init__(
         self,
@@ -81,6 +81,8 @@ class Campaign:
         self.fingerprint = fingerprint
         self.settings = settings
         self.on_result = on_result
+        self.note = ""
+        self._policy: Policy | None = None
 
     def remaining(self) -> int:
         """Evaluations still to do (baseline included), at most; the space may end earlier."""
@@ -88,60 +90,71 @@ class Campaign:
         has_baseline = any(t.provenance is Provenance.ORIGINAL for t in trials)
         done = sum(1 for t in trials if t.provenance is not Provenance.ORIGINAL)
         space = self.spec.space_size() if self.spec.knobs else 0
-        todo = max(0, min(self.settings.budget, space) - done)
+        budget = space if self.settings.budget is None else min(self.settings.budget, space)
+        todo = max(0, budget - done)
         return todo + (0 if has_baseline else 1)
 
-    def run(self) -> CampaignSummary:
-        summary = CampaignSummary(kernel=self.spec.name)
-        baseline = self._baseline()
+    def step(self) -> TrialRow | None:
+        """Evaluate one more candidate (the baseline first) and return it.
+
+        ``None`` when this campaign is finished: budget reached, knob space exhausted, or the
+        original itself fails (``self.note`` says which). The policy is created or restored
+        on the first step and its state saved after every update.
+        """
+        trials = self._trials()
+        baseline = next((t for t in trials if t.provenance is Provenance.ORIGINAL), None)
+        if baseline is None:
+            return self._evaluate(self._baseline_candidate())
         if baseline.result.outcome is not Outcome.OK:
-            summary.note = (
+            self.note = (
                 f"the original fails ({baseline.result.outcome.value}: "
                 f"{baseline.result.reason}); fix the entry, nothing was tuned"
             )
-            return self._summarize(summary)
-        policy = self._policy()
+            return None
+        done = sum(1 for t in trials if t.provenance is not Provenance.ORIGINAL)
+        if self.settings.budget is not None and done >= self.settings.budget:
+            return None
+        if self._policy is None:
+            self._policy = self._load_policy()
+        rng = np.random.default_rng([self.settings.seed, len(trials)])
         space = SearchSpace(knobs=self.spec.knobs)
-        while True:
-            trials = self._trials()
-            done = sum(1 for t in trials if t.provenance is not Provenance.ORIGINAL)
-            if done >= self.settings.budget:
-                break
-            rng = np.random.default_rng([self.settings.seed, len(trials)])
-            suggestion = policy.suggest(space, [_as_policy_trial(t) for t in trials], rng)
-            if suggestion is None:
-                summary.note = "knob space exhausted"
-                break
-            candidate = Candidate(
-                kernel=self.spec.name,
-                generation=self.spec.generation,
-                source=self.spec.module_source,
-                knobs=dict(suggestion.knobs),
-                provenance=Provenance.PARAMETRIC,
-                strategy=suggestion.strategy,
-                parent_id=suggestion.parent_id,
-            )
-            row = self._evaluate(candidate, summary)
-            policy.observe(suggestion, _as_policy_trial(row))
-            self.store.save_policy_state(
-                self.spec.name,
-                self.spec.generation,
-                self.fingerprint,
-                self.settings.policy,
-                policy.to_dict(),
-            )
-        return self._summarize(summary)
+        suggestion = self._policy.suggest(space, [_as_policy_trial(t) for t in trials], rng)
+        if suggestion is None:
+            self.note = "knob space exhausted"
+            return None
+        candidate = Candidate(
+            kernel=self.spec.name,
+            generation=self.spec.generation,
+            source=self.spec.module_source,
+            knobs=dict(suggestion.knobs),
+            provenance=Provenance.PARAMETRIC,
+            strategy=suggestion.strategy,
+            parent_id=suggestion.parent_id,
+        )
+        row = self._evaluate(candidate)
+        self._policy.observe(suggestion, _as_policy_trial(row))
+        self.store.save_policy_state(
+            self.spec.name,
+            self.spec.generation,
+            self.fingerprint,
+            self.settings.policy,
+            self._policy.to_dict(),
+        )
+        return row
+
+    def run(self) -> CampaignSummary:
+        """Step until finished; the summary covers every evaluation in the store."""
+        while self.step() is not None:
+            pass
+        return self.summary()
 
     # -- steps
 
     def _trials(self) -> list[TrialRow]:
         return self.store.trials(self.spec.name, self.spec.generation, self.fingerprint)
 
-    def _baseline(self) -> TrialRow:
-        for t in self._trials():
-            if t.provenance is Provenance.ORIGINAL:
-                return t
-        candidate = Candidate(
+    def _baseline_candidate(self) -> Candidate:
+        return Candidate(
             kernel=self.spec.name,
             generation=self.spec.generation,
             source=self.spec.module_source,
@@ -149,9 +162,8 @@ class Campaign:
             provenance=Provenance.ORIGINAL,
             strategy="original",
         )
-        return self._evaluate(candidate, None)
 
-    def _evaluate(self, candidate: Candidate, summary: CampaignSummary | None) -> TrialRow:
+    def _evaluate(self, candidate: Candidate) -> TrialRow:
         self.store.add_candidate(candidate)
         started = time.time()
         t0 = time.monotonic()
@@ -160,15 +172,8 @@ class Campaign:
         self.store.record_evaluation(
             candidate, self.fingerprint, result, started_at=started, wall_s=wall
         )
-        if summary is not None:
-            summary.new_evaluations += 1
         if self.on_result is not None:
-            self.on_result(
-                self.spec,
-                candidate,
-                result,
-                self._summarize(CampaignSummary(kernel=self.spec.name)),
-            )
+            self.on_result(self.spec, candidate, result, self.summary())
         return TrialRow(
             candidate_id=candidate.id,
             knobs=candidate.knobs,
@@ -180,7 +185,7 @@ class Campaign:
             wall_s=wall,
         )
 
-    def _policy(self) -> Policy:
+    def _load_policy(self) -> Policy:
         state = self.store.policy_state(
             self.spec.name, self.spec.generation, self.fingerprint, self.settings.policy
         )
@@ -188,8 +193,9 @@ class Campaign:
             return restore_policy(self.settings.policy, state)
         return make_policy(self.settings.policy)
 
-    def _summarize(self, summary: CampaignSummary) -> CampaignSummary:
-        """Fill the figures from the store (all evaluations of this generation, this machine)."""
+    def summary(self) -> CampaignSummary:
+        """Figures from the store: every evaluation of this generation on this fingerprint."""
+        summary = CampaignSummary(kernel=self.spec.name, note=self.note)
         for t in self._trials():
             summary.outcomes[t.result.outcome.value] += 1
             summary.worker_seconds += t.wall_s
