@@ -148,11 +148,17 @@ def test_worker_is_replaced_after_a_crash(client: WorkerClient, spec: KernelSpec
     assert client.starts == starts + 1
 
 
-def test_failure_reason_names_the_case(client: WorkerClient, spec: KernelSpec) -> None:
-    wrong = ADD_SOURCE.replace("mask = offs < n", "mask = offs < n - 1")
+def test_failure_reason_names_the_case_and_the_check(
+    client: WorkerClient, spec: KernelSpec
+) -> None:
+    wrong = ADD_SOURCE.replace("x + y, mask=mask)", "x - y, mask=mask)")
     result = client.evaluate(spec, _candidate(spec, wrong, {}))
-    assert "N=3000/float16 seed 0" in result.reason
+    assert result.reason.startswith("N=3000/float16 seed 0: ")
     assert "outside atol=0.01" in result.reason
+    off_by_one = ADD_SOURCE.replace("mask = offs < n", "mask = offs < n - 1")
+    result = client.evaluate(spec, _candidate(spec, off_by_one, {}))
+    assert "1/3000 elements never written" in result.reason
+    assert "first at (2999,)" in result.reason
 
 
 def test_candidate_prints_do_not_break_the_protocol(client: WorkerClient, spec: KernelSpec) -> None:

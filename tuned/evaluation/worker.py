@@ -24,6 +24,7 @@ import os
 import platform
 import resource
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -33,28 +34,18 @@ from types import ModuleType
 from typing import IO, Any
 
 from profilers.timing import TimingSettings, gpu_median_seconds, wall_median_seconds
-
-# Exception type names that mean "the Triton compiler refused this kernel/config".
-_COMPILE_ERROR_NAMES = frozenset(
-    {
-        "CompilationError",
-        "CompileTimeAssertionFailure",
-        "OutOfResources",
-        "PTXASError",
-        "UnsupportedLanguageConstruct",
-        "InterpreterError",
-    }
+from tuned.evaluation.checks import (
+    CaseFailure,
+    check_aliasing,
+    check_inputs_unchanged,
+    classify_exception,
+    clone_inputs,
+    compare_outputs,
+    output_signature,
+    short,
+    unwritten_elements,
 )
-
-
-class CaseFailure(Exception):
-    """A candidate failed a case; carries the outcome name and reason."""
-
-    def __init__(self, outcome: str, reason: str, *, fatal: bool = False) -> None:
-        super().__init__(reason)
-        self.outcome = outcome
-        self.reason = reason
-        self.fatal = fatal
+from tuned.evaluation.guard import Guard, TimerSnapshot
 
 
 @dataclass(frozen=True)
@@ -178,89 +169,20 @@ class ModuleLoader:
 # ----------------------------------------------------------------------------- checking
 
 
-def _as_tuple(value: Any) -> tuple[Any, ...]:
-    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
-
-
-def _clone_inputs(inputs: Sequence[Any]) -> list[Any]:
-    import torch
-
-    return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
-
-
-def compare_outputs(out: Any, ref: Any, atol: float, rtol: float) -> None:
-    """Raise :class:`CaseFailure` (``nan`` or ``incorrect``) unless ``out`` matches ``ref``."""
-    import torch
-
-    outs, refs = _as_tuple(out), _as_tuple(ref)
-    if len(outs) != len(refs):
-        raise CaseFailure("incorrect", f"returned {len(outs)} outputs, the reference {len(refs)}")
-    for i, (o, r) in enumerate(zip(outs, refs)):
-        if not isinstance(r, torch.Tensor):
-            if o != r:
-                raise CaseFailure("incorrect", f"output {i}: {o!r} != reference {r!r}")
-            continue
-        if not isinstance(o, torch.Tensor):
-            raise CaseFailure("incorrect", f"output {i} is {type(o).__name__}, not a tensor")
-        if tuple(o.shape) != tuple(r.shape):
-            raise CaseFailure(
-                "incorrect", f"output {i} has shape {tuple(o.shape)}, reference {tuple(r.shape)}"
-            )
-        if o.dtype != r.dtype:
-            raise CaseFailure("incorrect", f"output {i} has dtype {o.dtype}, reference {r.dtype}")
-        of, rf = o.double(), r.double()
-        nans = torch.isnan(of)
-        if bool(nans.any()):
-            count = int(nans.sum())
-            first = tuple(int(j) for j in torch.nonzero(nans)[0].tolist())
-            raise CaseFailure("nan", f"output {i}: {count} NaN elements, first at {first}")
-        bad = ~torch.isclose(of, rf, rtol=rtol, atol=atol, equal_nan=False)
-        if bool(bad.any()):
-            err = (of - rf).abs()
-            err = torch.where(torch.isfinite(err), err, torch.full_like(err, math.inf))
-            count = int(bad.sum())
-            first = tuple(int(j) for j in torch.nonzero(bad)[0].tolist())
-            raise CaseFailure(
-                "incorrect",
-                f"output {i}: {count}/{o.numel()} elements outside atol={atol} rtol={rtol}, "
-                f"max abs error {float(err.max()):.3g}, first at {first}",
-            )
-
-
-def _check_inputs_unchanged(before: Sequence[Any], after: Sequence[Any]) -> None:
-    import torch
-
-    for i, (b, a) in enumerate(zip(before, after)):
-        if isinstance(b, torch.Tensor) and not torch.equal(b, a):
-            raise CaseFailure("cheat", f"the candidate modified its input {i}")
-
-
-def classify_exception(exc: BaseException, phase: str) -> CaseFailure:
-    """Map an exception raised by candidate code to an outcome.
-
-    Triton's own errors while the first launch compiles are ``compile_error``; a CUDA fault
-    is ``crash`` and fatal (the context is lost); anything else is ``runtime_error``.
-    """
-    names = {cls.__name__ for cls in type(exc).__mro__}
-    text = f"{type(exc).__name__}: {exc}".strip()
-    first_line = text.splitlines()[0] if text else type(exc).__name__
-    if "AcceleratorError" in names or "CUDA error" in text or "illegal memory access" in text:
-        return CaseFailure("crash", f"CUDA fault in {phase}: {first_line}", fatal=True)
-    from_triton = type(exc).__module__.startswith("triton")
-    if phase == "compile" and (names & _COMPILE_ERROR_NAMES or from_triton):
-        return CaseFailure("compile_error", _short(text))
-    return CaseFailure("runtime_error", f"{phase}: {_short(text)}")
-
-
-def _short(text: str, limit: int = 2000) -> str:
-    return text if len(text) <= limit else text[: limit // 2] + "\n...\n" + text[-limit // 2 :]
-
-
 # ----------------------------------------------------------------------------- evaluation
 
 
 class Evaluation:
-    """One request: load, compile (first launch), correctness on every case, benchmark."""
+    """One request: load, compile (first launch), correctness on every case, benchmark.
+
+    Per correctness case (shape x dtype x seed), with the guard installed around every call
+    of candidate code: the candidate runs into NaN-poisoned allocations, then the reference,
+    then the candidate again into sentinel-poisoned allocations. The case passes when a Triton
+    kernel of the candidate launched in both calls, nothing forbidden happened, the inputs are
+    unchanged, no output aliases an input, both outputs match the reference within the
+    dtype's tolerance, and every output element was written. Across seeds, outputs that stay
+    identical while the reference's change do not depend on the inputs (``cheat``).
+    """
 
     def __init__(
         self,
@@ -268,6 +190,7 @@ class Evaluation:
         loader: ModuleLoader,
         device: str,
         send: Callable[[Mapping[str, Any]], None],
+        timers: TimerSnapshot,
     ) -> None:
         self.kernel = request["kernel"]
         self.candidate = request["candidate"]
@@ -275,10 +198,12 @@ class Evaluation:
         self.loader = loader
         self.device = device
         self.send = send
+        self.timers = timers
         self.phase = "load"
         self.phase_started = time.monotonic()
         self.phase_seconds: dict[str, float] = {}
         self.knobs: dict[str, Any] = dict(self.candidate["knobs"])
+        self.candidate_modules: set[str] = set()
 
     def enter(self, phase: str) -> None:
         now = time.monotonic()
@@ -311,6 +236,38 @@ class Evaluation:
         largest = max(math.prod(c.dims.values()) for c in first_seed)
         return [c for c in first_seed if math.prod(c.dims.values()) == largest]
 
+    # -- guarded execution of candidate code
+
+    def guard(self, poison: str | None) -> Guard:
+        writable = [self.loader.root.parent, Path(tempfile.gettempdir())]
+        return Guard(candidate_modules=self.candidate_modules, writable=writable, poison=poison)
+
+    def _check_guard(self, guard: Guard, *, need_launch: bool) -> None:
+        if guard.violations:
+            raise CaseFailure("cheat", f"forbidden: {guard.violations[0]}")
+        if need_launch and guard.launches == 0:
+            raise CaseFailure(
+                "cheat", "no Triton kernel of the candidate launched (launch hook saw none)"
+            )
+        tampered = self.timers.tampered()
+        if tampered:
+            raise CaseFailure(
+                "cheat", f"patched what measurement relies on: {', '.join(tampered)}", fatal=True
+            )
+
+    def guarded_call(self, launcher: Callable[..., Any], inputs: Sequence[Any], poison: str) -> Any:
+        import torch
+
+        guard = self.guard(poison)
+        with guard:
+            out = launcher(*inputs, **self.knobs)
+            if self.device == "cuda":
+                torch.cuda.synchronize()
+        self._check_guard(guard, need_launch=True)
+        return out
+
+    # -- the phases
+
     def run(self) -> dict[str, Any]:
         import torch
 
@@ -319,7 +276,13 @@ class Evaluation:
         original = self.loader.load(
             self.kernel["original_source"], directory_key=key, extra_files=extra
         )
-        module = self.loader.load(self.candidate["source"], directory_key=key, extra_files=extra)
+        guard = self.guard(poison=None)
+        with guard:
+            module = self.loader.load(
+                self.candidate["source"], directory_key=key, extra_files=extra
+            )
+        self.candidate_modules.add(module.__name__)
+        self._check_guard(guard, need_launch=False)
         launcher = getattr(module, self.kernel["launcher"], None)
         if not callable(launcher):
             raise CaseFailure("rejected_static", f"no callable {self.kernel['launcher']!r}")
@@ -338,37 +301,33 @@ class Evaluation:
                 "every shape is above the interpreter size cap; declare a smaller shape",
             )
 
-        def call(case: Case) -> tuple[list[Any], Any]:
-            inputs = make_inputs(
-                dict(case.dims), getattr(torch, case.dtype), self.device, case.seed
-            )
-            out = launcher(*inputs, **self.knobs)
-            if self.device == "cuda":
-                torch.cuda.synchronize()
-            return list(inputs), out
+        def inputs_of(case: Case) -> list[Any]:
+            dtype = getattr(torch, case.dtype)
+            return list(make_inputs(dict(case.dims), dtype, self.device, case.seed))
 
         self.enter("compile")
+        first_inputs = inputs_of(cases[0])
+        first_given = clone_inputs(first_inputs)
         try:
-            first_inputs, first_out = call(cases[0])
+            first_out = self.guarded_call(launcher, first_given, "nan")
         except CaseFailure:
             raise
         except Exception as exc:
             raise classify_exception(exc, "compile") from exc
 
         self.enter("correctness")
+        signatures: dict[str, tuple[int, tuple[float, ...], tuple[float, ...]]] = {}
         for index, case in enumerate(cases):
             try:
-                if index == 0:
-                    inputs, out = first_inputs, first_out
-                else:
-                    inputs, out = call(case)
-                fresh = make_inputs(
-                    dict(case.dims), getattr(torch, case.dtype), self.device, case.seed
+                pristine = first_inputs if index == 0 else inputs_of(case)
+                self.check_case(
+                    case,
+                    launcher,
+                    reference,
+                    pristine,
+                    (first_given, first_out) if index == 0 else None,
+                    signatures,
                 )
-                _check_inputs_unchanged(fresh, inputs)
-                ref = reference(*_clone_inputs(fresh))
-                tol = self.kernel["tolerance"][case.dtype]
-                compare_outputs(out, ref, float(tol[0]), float(tol[1]))
             except CaseFailure as failure:
                 failure.reason = f"{case.label} seed {case.seed}: {failure.reason}"
                 raise
@@ -376,24 +335,18 @@ class Evaluation:
                 classified = classify_exception(exc, "correctness")
                 classified.reason = f"{case.label} seed {case.seed}: {classified.reason}"
                 raise classified from exc
-        del first_inputs, first_out
+        del first_inputs, first_given, first_out
 
         self.enter("benchmark")
-        settings = TimingSettings(**self.options.get("timing", {}))
         timings: dict[str, float] = {}
         for case in self.timed_cases(cases):
-            inputs = make_inputs(
-                dict(case.dims), getattr(torch, case.dtype), self.device, case.seed
-            )
-            fn = lambda: launcher(*inputs, **self.knobs)  # noqa: B023
             try:
-                if self.device == "cuda":
-                    median, _ = gpu_median_seconds(fn, settings)
-                else:
-                    median, _ = wall_median_seconds(fn, settings)
+                timings[case.label] = self.time_case(case, launcher, reference, inputs_of)
+            except CaseFailure as failure:
+                failure.reason = f"{case.label}: {failure.reason}"
+                raise
             except Exception as exc:
                 raise classify_exception(exc, "benchmark") from exc
-            timings[case.label] = median
         self.enter("done")
         objective = math.exp(sum(math.log(max(t, 1e-12)) for t in timings.values()) / len(timings))
         return {
@@ -406,13 +359,102 @@ class Evaluation:
             "skipped_cases": skipped,
         }
 
+    def check_case(
+        self,
+        case: Case,
+        launcher: Callable[..., Any],
+        reference: Callable[..., Any],
+        pristine: list[Any],
+        first: tuple[list[Any], Any] | None,
+        signatures: dict[str, tuple[int, tuple[float, ...], tuple[float, ...]]],
+    ) -> None:
+        atol, rtol = (float(v) for v in self.kernel["tolerance"][case.dtype])
+        if first is None:
+            given = clone_inputs(pristine)
+            out = self.guarded_call(launcher, given, "nan")
+        else:  # the compile phase's call, made on a clone of ``pristine``
+            given, out = first
+        check_inputs_unchanged(pristine, given)
+        check_aliasing(out, given)
+        ref = reference(*clone_inputs(pristine))
+        again_inputs = clone_inputs(pristine)
+        again = self.guarded_call(launcher, again_inputs, "sentinel")
+        check_inputs_unchanged(pristine, again_inputs)
+        check_aliasing(again, again_inputs)
+        try:
+            compare_outputs(out, ref, atol, rtol)
+        except CaseFailure as failure:
+            if failure.outcome == "nan":
+                unwritten = unwritten_elements(out, again)
+                if unwritten:
+                    raise CaseFailure("incorrect", unwritten) from None
+            raise
+        try:
+            compare_outputs(again, ref, atol, rtol)
+        except CaseFailure as failure:
+            raise CaseFailure(
+                "incorrect", f"second call (after the reference) differs: {failure.reason}"
+            ) from None
+        # Independence: identical candidate outputs for two seeds whose references differ.
+        key = case.label
+        mine, theirs = output_signature(out), output_signature(ref)
+        if key in signatures:
+            seed, other_mine, other_ref = signatures[key]
+            if mine == other_mine and theirs != other_ref:
+                raise CaseFailure(
+                    "cheat",
+                    f"outputs identical for seeds {seed} and {case.seed} while the "
+                    "reference's differ: they do not depend on the inputs",
+                )
+        else:
+            signatures[key] = (case.seed, mine, theirs)
 
-def _serve(channel: Channel, device: str, loader: ModuleLoader) -> None:
+    def time_case(
+        self,
+        case: Case,
+        launcher: Callable[..., Any],
+        reference: Callable[..., Any],
+        inputs_of: Callable[[Case], list[Any]],
+    ) -> float:
+        """Median time, alternating two input sets; outputs made while timed are verified."""
+        seeds = list(self.options["seeds"])[:2]
+        sets = [inputs_of(Case(case.dims, case.dtype, s, case.perf)) for s in seeds]
+        pristine = [clone_inputs(x) for x in sets]
+        last: list[Any] = [None] * len(sets)
+        calls = [0]
+
+        def fn() -> None:
+            k = calls[0] % len(sets)
+            last[k] = launcher(*sets[k], **self.knobs)
+            calls[0] += 1
+
+        settings = TimingSettings(**self.options.get("timing", {}))
+        guard = self.guard(poison=None)
+        with guard:
+            if self.device == "cuda":
+                median, _ = gpu_median_seconds(fn, settings)
+            else:
+                median, _ = wall_median_seconds(fn, settings)
+            while calls[0] < len(sets):  # too few timed calls to cover every set
+                fn()
+        self._check_guard(guard, need_launch=True)
+        atol, rtol = (float(v) for v in self.kernel["tolerance"][case.dtype])
+        for k, x in enumerate(pristine):
+            try:
+                compare_outputs(last[k], reference(*clone_inputs(x)), atol, rtol)
+            except CaseFailure as failure:
+                raise CaseFailure(
+                    "cheat", f"outputs computed while timed are wrong ({failure.reason})"
+                ) from None
+        return median
+
+
+def _serve(channel: Channel, device: str, loader: ModuleLoader, timers: TimerSnapshot) -> None:
     while True:
         request = channel.receive()
         if request is None or request.get("op") == "exit":
             return
-        evaluation = Evaluation(request, loader, device, channel.send)
+        evaluation = Evaluation(request, loader, device, channel.send, timers)
         fatal = False
         try:
             result = evaluation.run()
@@ -428,7 +470,7 @@ def _serve(channel: Channel, device: str, loader: ModuleLoader) -> None:
             result = {
                 "outcome": "runtime_error",
                 "phase": evaluation.phase,
-                "reason": _short("".join(traceback.format_exception_only(type(exc), exc))),
+                "reason": short("".join(traceback.format_exception_only(type(exc), exc))),
                 "phase_seconds": evaluation.phase_seconds,
             }
         channel.send({"type": "result", "result": result, "fatal": fatal})
@@ -449,7 +491,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         channel.send({"type": "error", "reason": "no CUDA device; set TRITON_INTERPRET=1"})
         return 3
     channel.send({"type": "ready", "fingerprint": fingerprint(device), "pid": os.getpid()})
-    _serve(channel, device, ModuleLoader(workdir))
+    _serve(channel, device, ModuleLoader(workdir), TimerSnapshot())
     return 0
 
 

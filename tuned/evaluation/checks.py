@@ -1,0 +1,180 @@
+"""Checks on a candidate's outputs and inputs, and how its exceptions map to outcomes.
+
+Runs inside the evaluation worker. Every failed check raises :class:`CaseFailure` with the
+outcome name and a reason that names the check.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = [
+    "CaseFailure",
+    "check_aliasing",
+    "check_inputs_unchanged",
+    "classify_exception",
+    "clone_inputs",
+    "compare_outputs",
+    "output_signature",
+    "unwritten_elements",
+]
+
+# Exception type names that mean "the Triton compiler refused this kernel/config".
+_COMPILE_ERROR_NAMES = frozenset(
+    {
+        "CompilationError",
+        "CompileTimeAssertionFailure",
+        "OutOfResources",
+        "PTXASError",
+        "UnsupportedLanguageConstruct",
+        "InterpreterError",
+    }
+)
+
+
+class CaseFailure(Exception):
+    """A candidate failed a case; carries the outcome name and reason."""
+
+    def __init__(self, outcome: str, reason: str, *, fatal: bool = False) -> None:
+        super().__init__(reason)
+        self.outcome = outcome
+        self.reason = reason
+        self.fatal = fatal
+
+
+def as_tuple(value: Any) -> tuple[Any, ...]:
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
+def clone_inputs(inputs: Sequence[Any]) -> list[Any]:
+    import torch
+
+    return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def compare_outputs(out: Any, ref: Any, atol: float, rtol: float) -> None:
+    """Raise :class:`CaseFailure` (``nan`` or ``incorrect``) unless ``out`` matches ``ref``."""
+    import torch
+
+    outs, refs = as_tuple(out), as_tuple(ref)
+    if len(outs) != len(refs):
+        raise CaseFailure("incorrect", f"returned {len(outs)} outputs, the reference {len(refs)}")
+    for i, (o, r) in enumerate(zip(outs, refs)):
+        if not isinstance(r, torch.Tensor):
+            if o != r:
+                raise CaseFailure("incorrect", f"output {i}: {o!r} != reference {r!r}")
+            continue
+        if not isinstance(o, torch.Tensor):
+            raise CaseFailure("incorrect", f"output {i} is {type(o).__name__}, not a tensor")
+        if tuple(o.shape) != tuple(r.shape):
+            raise CaseFailure(
+                "incorrect", f"output {i} has shape {tuple(o.shape)}, reference {tuple(r.shape)}"
+            )
+        if o.dtype != r.dtype:
+            raise CaseFailure("incorrect", f"output {i} has dtype {o.dtype}, reference {r.dtype}")
+        of, rf = o.double(), r.double()
+        nans = torch.isnan(of)
+        if bool(nans.any()):
+            count = int(nans.sum())
+            first = tuple(int(j) for j in torch.nonzero(nans)[0].tolist())
+            raise CaseFailure("nan", f"output {i}: {count} NaN elements, first at {first}")
+        bad = ~torch.isclose(of, rf, rtol=rtol, atol=atol, equal_nan=False)
+        if bool(bad.any()):
+            err = (of - rf).abs()
+            err = torch.where(torch.isfinite(err), err, torch.full_like(err, math.inf))
+            count = int(bad.sum())
+            first = tuple(int(j) for j in torch.nonzero(bad)[0].tolist())
+            raise CaseFailure(
+                "incorrect",
+                f"output {i}: {count}/{o.numel()} elements outside atol={atol} rtol={rtol}, "
+                f"max abs error {float(err.max()):.3g}, first at {first}",
+            )
+
+
+def check_inputs_unchanged(before: Sequence[Any], after: Sequence[Any]) -> None:
+    import torch
+
+    for i, (b, a) in enumerate(zip(before, after)):
+        if isinstance(b, torch.Tensor) and not torch.equal(b, a):
+            raise CaseFailure("cheat", f"the candidate modified its input {i}")
+
+
+def classify_exception(exc: BaseException, phase: str) -> CaseFailure:
+    """Map an exception raised by candidate code to an outcome.
+
+    Triton's own errors while the first launch compiles are ``compile_error``; a CUDA fault
+    is ``crash`` and fatal (the context is lost); anything else is ``runtime_error``.
+    """
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    text = f"{type(exc).__name__}: {exc}".strip()
+    first_line = text.splitlines()[0] if text else type(exc).__name__
+    if "AcceleratorError" in names or "CUDA error" in text or "illegal memory access" in text:
+        return CaseFailure("crash", f"CUDA fault in {phase}: {first_line}", fatal=True)
+    from_triton = type(exc).__module__.startswith("triton")
+    if phase == "compile" and (names & _COMPILE_ERROR_NAMES or from_triton):
+        return CaseFailure("compile_error", short(text))
+    return CaseFailure("runtime_error", f"{phase}: {short(text)}")
+
+
+def short(text: str, limit: int = 2000) -> str:
+    return text if len(text) <= limit else text[: limit // 2] + "\n...\n" + text[-limit // 2 :]
+
+
+def check_aliasing(outputs: Any, inputs: Sequence[Any]) -> None:
+    """An output sharing memory with an input is a ``cheat``: it returned or reused an input."""
+    import torch
+
+    spans = []
+    for j, x in enumerate(inputs):
+        if isinstance(x, torch.Tensor) and x.numel():
+            start = x.untyped_storage().data_ptr()
+            spans.append((j, start, start + x.untyped_storage().nbytes()))
+    for i, o in enumerate(as_tuple(outputs)):
+        if not isinstance(o, torch.Tensor) or not o.numel():
+            continue
+        start = o.untyped_storage().data_ptr()
+        end = start + o.untyped_storage().nbytes()
+        for j, lo, hi in spans:
+            if start < hi and lo < end:
+                raise CaseFailure("cheat", f"output {i} shares memory with input {j}")
+
+
+def unwritten_elements(first: Any, second: Any) -> str | None:
+    """Compare two outputs computed into NaN-poisoned and sentinel-poisoned memory.
+
+    Elements that are NaN in ``first`` and exactly the sentinel in ``second`` were never
+    written by the kernel. Returns a description, or ``None`` when every element was written.
+    """
+    import torch
+
+    from tuned.evaluation.guard import POISON_SENTINEL
+
+    for i, (a, b) in enumerate(zip(as_tuple(first), as_tuple(second))):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+            continue
+        if not a.is_floating_point() or a.shape != b.shape:
+            continue
+        never = torch.isnan(a) & (b == POISON_SENTINEL)
+        if bool(never.any()):
+            first_at = tuple(int(j) for j in torch.nonzero(never)[0].tolist())
+            return (
+                f"output {i}: {int(never.sum())}/{a.numel()} elements never written "
+                f"(poisoned memory survived the call), first at {first_at}"
+            )
+    return None
+
+
+def output_signature(outputs: Any) -> tuple[float, ...]:
+    """A cheap fingerprint of outputs (sums and a strided sample), to compare across seeds."""
+    import torch
+
+    sig: list[float] = []
+    for o in as_tuple(outputs):
+        if isinstance(o, torch.Tensor) and o.numel():
+            flat = o.detach().reshape(-1).double()
+            step = max(1, flat.numel() // 64)
+            sig.extend([float(flat.nansum()), float(flat.abs().nansum())])
+            sig.extend(float(v) for v in flat[::step][:64].tolist())
+    return tuple(sig)

@@ -1,0 +1,264 @@
+"""Runtime integrity checks around every call of candidate code (runs inside the worker).
+
+While candidate code runs, :class:`Guard` is installed:
+
+- **launch hook**: counts launches of Triton kernels defined in the candidate's own module
+  (``run`` of Triton's ``JITFunction`` and of the interpreter's ``InterpretedFunction``). A
+  call that launched none of them did not run a Triton kernel of the candidate.
+- **poisoned allocations**: ``torch.empty``, ``empty_like``, ``empty_strided`` and
+  ``Tensor.new_empty`` return memory filled with a poison value (NaN for floating dtypes, the
+  largest value for integers; or a finite sentinel on a second call), so an output element the
+  kernel never wrote is seen, instead of whatever an earlier computation (the reference!) left
+  in a reused allocator block.
+- **forbidden effects**: starting processes, signalling processes, opening sockets, side
+  CUDA streams, reading the clock from candidate code, and opening files for writing outside
+  the worker's directories are refused (``PermissionError``) and recorded.
+
+These are Python-level fences against the known ways benchmark kernels cheat; the static gate
+(for LLM-written modules) and the worker's process isolation are the other layers.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+__all__ = ["POISON_SENTINEL", "Guard", "TimerSnapshot"]
+
+POISON_SENTINEL = 7776.0  # exactly representable in float16, bfloat16 and float32
+
+_PROCESS_FUNCS = (
+    "fork",
+    "forkpty",
+    "system",
+    "popen",
+    "posix_spawn",
+    "posix_spawnp",
+    "execv",
+    "execve",
+    "execvp",
+    "execvpe",
+    "execl",
+    "execle",
+    "execlp",
+)
+_SIGNAL_FUNCS = ("kill", "killpg")
+_CLOCK_FUNCS = (
+    "time",
+    "time_ns",
+    "perf_counter",
+    "perf_counter_ns",
+    "monotonic",
+    "monotonic_ns",
+    "process_time",
+    "process_time_ns",
+)
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+
+
+def _caller_module(depth: int = 2) -> str:
+    frame = sys._getframe(depth)
+    return str(frame.f_globals.get("__name__", ""))
+
+
+class Guard:
+    """Context manager; ``violations`` and ``launches`` are read after it exits."""
+
+    def __init__(
+        self,
+        *,
+        candidate_modules: Iterable[str],
+        writable: Iterable[Path],
+        poison: str | None = "nan",
+    ) -> None:
+        self.candidate_modules = frozenset(candidate_modules)
+        self.writable = tuple(str(p.resolve()) for p in writable)
+        self.poison = poison
+        self.violations: list[str] = []
+        self.launches = 0
+        self._undo: list[tuple[Any, str, Any]] = []
+
+    # -- helpers
+
+    def _patch(self, owner: Any, name: str, replacement: Any) -> None:
+        if hasattr(owner, name):
+            self._undo.append((owner, name, getattr(owner, name)))
+            setattr(owner, name, replacement)
+
+    def _refuse(self, what: str) -> Callable[..., Any]:
+        def refused(*args: Any, **kwargs: Any) -> Any:
+            self.violations.append(what)
+            raise PermissionError(f"ktuned worker: {what} is not allowed in candidate code")
+
+        return refused
+
+    def _from_candidate(self) -> bool:
+        return _caller_module(3) in self.candidate_modules
+
+    # -- install
+
+    def __enter__(self) -> Guard:
+        self._patch_launches()
+        if self.poison is not None:
+            self._patch_allocations()
+        for name in _PROCESS_FUNCS:
+            self._patch(os, name, self._refuse(f"starting a process (os.{name})"))
+        self._patch(subprocess.Popen, "__init__", self._refuse("starting a process (subprocess)"))
+        for name in _SIGNAL_FUNCS:
+            self._patch(os, name, self._refuse(f"signalling a process (os.{name})"))
+        self._patch(socket.socket, "__init__", self._refuse("opening a socket"))
+        self._patch_streams()
+        self._patch_clocks()
+        self._patch_files()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        while self._undo:
+            owner, name, original = self._undo.pop()
+            setattr(owner, name, original)
+
+    def _patch_launches(self) -> None:
+        classes = []
+        try:
+            from triton.runtime.jit import JITFunction
+
+            classes.append(JITFunction)
+        except ImportError:  # pragma: no cover - triton is always there in a worker
+            pass
+        try:
+            from triton.runtime.interpreter import InterpretedFunction
+
+            classes.append(InterpretedFunction)
+        except ImportError:  # pragma: no cover
+            pass
+        for cls in classes:
+            original = cls.run
+
+            def run(kernel: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+                fn = getattr(kernel, "fn", None)
+                if not kwargs.get("warmup") and getattr(fn, "__module__", "") in (
+                    self.candidate_modules
+                ):
+                    self.launches += 1
+                return _original(kernel, *args, **kwargs)
+
+            self._patch(cls, "run", run)
+
+    def _patch_allocations(self) -> None:
+        import torch
+
+        sentinel = self.poison != "nan"
+
+        def poisoned(t: torch.Tensor) -> torch.Tensor:
+            if t.is_floating_point():
+                t.fill_(POISON_SENTINEL if sentinel else float("nan"))
+            elif t.dtype == torch.bool:
+                t.fill_(True)
+            elif not t.is_complex():
+                t.fill_(int(POISON_SENTINEL) if sentinel else torch.iinfo(t.dtype).max)
+            return t
+
+        for name in ("empty", "empty_like", "empty_strided"):
+            original = getattr(torch, name)
+
+            def alloc(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
+                return poisoned(_original(*args, **kwargs))
+
+            self._patch(torch, name, alloc)
+        new_empty = torch.Tensor.new_empty
+
+        def tensor_new_empty(t: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            return poisoned(new_empty(t, *args, **kwargs))
+
+        self._patch(torch.Tensor, "new_empty", tensor_new_empty)
+
+    def _patch_streams(self) -> None:
+        import torch
+
+        for name in ("Stream", "stream", "set_stream", "ExternalStream"):
+            self._patch(torch.cuda, name, self._refuse(f"a side CUDA stream (torch.cuda.{name})"))
+        self._patch(torch, "Stream", self._refuse("a side stream (torch.Stream)"))
+
+    def _patch_clocks(self) -> None:
+        for name in _CLOCK_FUNCS:
+            original = getattr(time, name)
+
+            def clock(*args: Any, _original: Any = original, _name: str = name) -> Any:
+                if self._from_candidate():
+                    self.violations.append(f"reading the clock (time.{_name})")
+                    raise PermissionError("ktuned worker: candidate code may not read the clock")
+                return _original(*args)
+
+            self._patch(time, name, clock)
+
+    def _patch_files(self) -> None:
+        original_open = builtins.open
+        original_os_open = os.open
+
+        def allowed(path: Any) -> bool:
+            try:
+                resolved = str(Path(os.fsdecode(path)).resolve())
+            except (TypeError, ValueError):
+                return False
+            return any(resolved == w or resolved.startswith(w + os.sep) for w in self.writable)
+
+        def guarded_open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+            writes = any(c in mode for c in "wax+")
+            if isinstance(file, (str, bytes, os.PathLike)) and writes and not allowed(file):
+                self.violations.append(f"writing a file outside the worker ({file!r})")
+                raise PermissionError(f"ktuned worker: may not write {file!r}")
+            return original_open(file, mode, *args, **kwargs)
+
+        def guarded_os_open(path: Any, flags: int, *args: Any, **kwargs: Any) -> Any:
+            if flags & _WRITE_FLAGS and not allowed(path):
+                self.violations.append(f"writing a file outside the worker ({path!r})")
+                raise PermissionError(f"ktuned worker: may not write {path!r}")
+            return original_os_open(path, flags, *args, **kwargs)
+
+        self._patch(builtins, "open", guarded_open)
+        self._patch(os, "open", guarded_os_open)
+
+
+class TimerSnapshot:
+    """The functions measurements rely on, captured at worker start, to detect patching."""
+
+    def __init__(self, extra: dict[str, Any] | None = None) -> None:
+        import torch
+
+        self.items: dict[str, tuple[Any, str, Any]] = {}
+        for name in _CLOCK_FUNCS:
+            self._add(f"time.{name}", time, name)
+        for name in ("synchronize", "Event"):
+            self._add(f"torch.cuda.{name}", torch.cuda, name)
+        for name in ("elapsed_time", "record", "synchronize"):
+            self._add(f"torch.cuda.Event.{name}", torch.cuda.Event, name)
+        for name in ("equal", "isclose", "isnan", "allclose", "empty", "empty_like"):
+            self._add(f"torch.{name}", torch, name)
+        for label, (owner, name) in (extra or {}).items():
+            self._add(label, owner, name)
+
+    def _add(self, label: str, owner: Any, name: str) -> None:
+        if hasattr(owner, name):
+            self.items[label] = (owner, name, getattr(owner, name))
+
+    def tampered(self) -> list[str]:
+        """Labels of the functions that were replaced; restores them."""
+        changed = []
+        for label, (owner, name, original) in self.items.items():
+            if getattr(owner, name, None) is not original:
+                changed.append(label)
+                setattr(owner, name, original)
+        return changed
