@@ -104,7 +104,7 @@ class Campaign:
         trials = self._trials()
         baseline = next((t for t in trials if t.provenance is Provenance.ORIGINAL), None)
         if baseline is None:
-            return self._evaluate(self._baseline_candidate())
+            return self.evaluate(self._baseline_candidate())
         if baseline.result.outcome is not Outcome.OK:
             self.note = (
                 f"the original fails ({baseline.result.outcome.value}: "
@@ -131,7 +131,7 @@ class Campaign:
             strategy=suggestion.strategy,
             parent_id=suggestion.parent_id,
         )
-        row = self._evaluate(candidate)
+        row = self.evaluate(candidate)
         self._policy.observe(suggestion, _as_policy_trial(row))
         self.store.save_policy_state(
             self.spec.name,
@@ -163,7 +163,8 @@ class Campaign:
             strategy="original",
         )
 
-    def _evaluate(self, candidate: Candidate) -> TrialRow:
+    def evaluate(self, candidate: Candidate) -> TrialRow:
+        """Record, evaluate and store one candidate (the path every candidate takes)."""
         self.store.add_candidate(candidate)
         started = time.time()
         t0 = time.monotonic()

@@ -89,6 +89,10 @@ def worker_environment(
     code_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (code_root, env.get("PYTHONPATH")) if p)
     env["TRITON_CACHE_DIR"] = str(cache_dir)
+    # Temporary files (Triton's compiler writes some) stay inside the worker's directory.
+    tmp = cache_dir.parent / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    env["TMPDIR"] = str(tmp)
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     if interpreter:

@@ -84,13 +84,13 @@ class Guard:
         self.poison = poison
         self.violations: list[str] = []
         self.launches = 0
-        self._undo: list[tuple[Any, str, Any]] = []
+        self._undo: list[tuple[Any, str, Any, Any]] = []
 
     # -- helpers
 
     def _patch(self, owner: Any, name: str, replacement: Any) -> None:
         if hasattr(owner, name):
-            self._undo.append((owner, name, getattr(owner, name)))
+            self._undo.append((owner, name, getattr(owner, name), replacement))
             setattr(owner, name, replacement)
 
     def _refuse(self, what: str) -> Callable[..., Any]:
@@ -127,7 +127,9 @@ class Guard:
         tb: TracebackType | None,
     ) -> None:
         while self._undo:
-            owner, name, original = self._undo.pop()
+            owner, name, original, replacement = self._undo.pop()
+            if getattr(owner, name, None) is not replacement:
+                self.violations.append(f"replacing {getattr(owner, '__name__', owner)}.{name}")
             setattr(owner, name, original)
 
     def _patch_launches(self) -> None:

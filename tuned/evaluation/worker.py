@@ -24,7 +24,6 @@ import os
 import platform
 import resource
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -239,7 +238,7 @@ class Evaluation:
     # -- guarded execution of candidate code
 
     def guard(self, poison: str | None) -> Guard:
-        writable = [self.loader.root.parent, Path(tempfile.gettempdir())]
+        writable = [self.loader.root.parent]  # the worker's directory; TMPDIR lies inside
         return Guard(candidate_modules=self.candidate_modules, writable=writable, poison=poison)
 
     def _check_guard(self, guard: Guard, *, need_launch: bool) -> None:
@@ -259,10 +258,15 @@ class Evaluation:
         import torch
 
         guard = self.guard(poison)
-        with guard:
-            out = launcher(*inputs, **self.knobs)
-            if self.device == "cuda":
-                torch.cuda.synchronize()
+        try:
+            with guard:
+                out = launcher(*inputs, **self.knobs)
+                if self.device == "cuda":
+                    torch.cuda.synchronize()
+        except Exception as exc:
+            if guard.violations:  # the refusal surfaced as an exception: name the cheat
+                raise CaseFailure("cheat", f"forbidden: {guard.violations[0]}") from exc
+            raise
         self._check_guard(guard, need_launch=True)
         return out
 
@@ -277,10 +281,15 @@ class Evaluation:
             self.kernel["original_source"], directory_key=key, extra_files=extra
         )
         guard = self.guard(poison=None)
-        with guard:
-            module = self.loader.load(
-                self.candidate["source"], directory_key=key, extra_files=extra
-            )
+        try:
+            with guard:
+                module = self.loader.load(
+                    self.candidate["source"], directory_key=key, extra_files=extra
+                )
+        except Exception as exc:
+            if guard.violations:
+                raise CaseFailure("cheat", f"forbidden at import: {guard.violations[0]}") from exc
+            raise
         self.candidate_modules.add(module.__name__)
         self._check_guard(guard, need_launch=False)
         launcher = getattr(module, self.kernel["launcher"], None)
@@ -374,13 +383,25 @@ class Evaluation:
             out = self.guarded_call(launcher, given, "nan")
         else:  # the compile phase's call, made on a clone of ``pristine``
             given, out = first
-        check_inputs_unchanged(pristine, given)
         check_aliasing(out, given)
+        check_inputs_unchanged(pristine, given)
         ref = reference(*clone_inputs(pristine))
+        # Independence: identical candidate outputs for two seeds whose references differ.
+        mine, theirs = output_signature(out), output_signature(ref)
+        if case.label in signatures:
+            seed, other_mine, other_ref = signatures[case.label]
+            if mine == other_mine and theirs != other_ref:
+                raise CaseFailure(
+                    "cheat",
+                    f"outputs identical for seeds {seed} and {case.seed} while the "
+                    "reference's differ: they do not depend on the inputs",
+                )
+        else:
+            signatures[case.label] = (case.seed, mine, theirs)
         again_inputs = clone_inputs(pristine)
         again = self.guarded_call(launcher, again_inputs, "sentinel")
-        check_inputs_unchanged(pristine, again_inputs)
         check_aliasing(again, again_inputs)
+        check_inputs_unchanged(pristine, again_inputs)
         try:
             compare_outputs(out, ref, atol, rtol)
         except CaseFailure as failure:
@@ -395,19 +416,6 @@ class Evaluation:
             raise CaseFailure(
                 "incorrect", f"second call (after the reference) differs: {failure.reason}"
             ) from None
-        # Independence: identical candidate outputs for two seeds whose references differ.
-        key = case.label
-        mine, theirs = output_signature(out), output_signature(ref)
-        if key in signatures:
-            seed, other_mine, other_ref = signatures[key]
-            if mine == other_mine and theirs != other_ref:
-                raise CaseFailure(
-                    "cheat",
-                    f"outputs identical for seeds {seed} and {case.seed} while the "
-                    "reference's differ: they do not depend on the inputs",
-                )
-        else:
-            signatures[key] = (case.seed, mine, theirs)
 
     def time_case(
         self,

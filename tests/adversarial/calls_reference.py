@@ -1,0 +1,16 @@
+# expect: cheat: no Triton kernel
+"""Computes the result with PyTorch instead of a Triton kernel."""
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+def add(x, y, BLOCK=256, num_warps=4):
+    return torch.add(x, y)

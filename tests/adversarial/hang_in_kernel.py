@@ -1,0 +1,23 @@
+# expect: timeout: compile
+"""Never leaves its kernel (an infinite loop on the device)."""
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+@triton.jit
+def _spin(x_ptr, n):
+    while n > 0:
+        n = n + 1
+
+
+def add(x, y, BLOCK=256, num_warps=4):
+    _spin[(1,)](x, x.numel())
+    return x + y

@@ -1,0 +1,26 @@
+# expect: timeout: benchmark
+"""Correct at first, then hangs once called more than 20 times: in the timing loop (correctness
+takes 17 calls of this test kernel in the interpreter)."""
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+CALLS = [0]
+
+
+def add(x, y, BLOCK=256, num_warps=4):
+    CALLS[0] += 1
+    if CALLS[0] > 20:
+        import threading
+        threading.Event().wait()
+    out = torch.empty_like(x)
+    _add[(triton.cdiv(x.numel(), BLOCK),)](x, y, out, x.numel(), BLOCK=BLOCK, num_warps=num_warps)
+    return out

@@ -1,0 +1,19 @@
+# expect: incorrect: float32
+"""Computes in float16 whatever the input precision."""
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+def add(x, y, BLOCK=256, num_warps=4):
+    xh, yh = x.half(), y.half()
+    out = torch.empty_like(xh)
+    _add[(triton.cdiv(x.numel(), BLOCK),)](xh, yh, out, x.numel(), BLOCK=BLOCK, num_warps=num_warps)
+    return out.to(x.dtype)

@@ -1,0 +1,21 @@
+# expect: cheat: writing a file outside the worker
+"""Writes beside the state directory (where the store lives)."""
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+def add(x, y, BLOCK=256, num_warps=4):
+    import os
+    with open(os.path.join(os.getcwd(), "..", "..", "ktuned-escape.txt"), "w") as f:
+        f.write("pwned")
+    out = torch.empty_like(x)
+    _add[(triton.cdiv(x.numel(), BLOCK),)](x, y, out, x.numel(), BLOCK=BLOCK, num_warps=num_warps)
+    return out
