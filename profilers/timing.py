@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["TimingSettings", "gpu_median_seconds", "wall_median_seconds"]
+__all__ = ["TimingSettings", "gpu_median_seconds", "interleaved_samples", "wall_median_seconds"]
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class TimingSettings:
     min_reps: int = 10
     max_reps: int = 1000
     flush_bytes: int = 256 * 1024 * 1024  # larger than any current GPU's L2
-    interpreter_reps: int = 3
+    interpreter_reps: int = 5
 
 
 def gpu_median_seconds(
@@ -82,3 +82,61 @@ def wall_median_seconds(
         fn()
         samples.append(time.perf_counter() - t0)
     return statistics.median(samples), samples
+
+
+def interleaved_samples(
+    fns: Sequence[Callable[[], Any]], *, gpu: bool, settings: TimingSettings = TimingSettings()
+) -> list[list[float]]:
+    """Seconds of every repetition of each of ``fns``, timed interleaved (ABAB, then BABA, ...).
+
+    Interleaving puts clock and thermal drift on all functions alike, so their ratio is fair.
+    On a GPU each call is timed by its own CUDA events after an L2 flush; on a CPU (Triton's
+    interpreter) by wall clock, ``interpreter_reps`` rounds.
+    """
+    if gpu:
+        return _interleaved_gpu(fns, settings)
+    samples: list[list[float]] = [[] for _ in fns]
+    for rep in range(max(1, settings.interpreter_reps)):
+        order = range(len(fns)) if rep % 2 == 0 else reversed(range(len(fns)))
+        for i in order:
+            t0 = time.perf_counter()
+            fns[i]()
+            samples[i].append(time.perf_counter() - t0)
+    return samples
+
+
+def _interleaved_gpu(
+    fns: Sequence[Callable[[], Any]], settings: TimingSettings
+) -> list[list[float]]:
+    import torch
+
+    flush = torch.empty(settings.flush_bytes // 4, dtype=torch.int32, device="cuda")
+    # Size the repetitions from the slowest function's estimate.
+    estimates = [
+        gpu_median_seconds(
+            fn,
+            TimingSettings(target_ms=10, min_reps=3, max_reps=20, flush_bytes=settings.flush_bytes),
+        )[0]
+        for fn in fns
+    ]
+    per_round_ms = max(sum(estimates) * 1e3, 1e-3)
+    reps = int(settings.target_ms * len(fns) / per_round_ms)
+    reps = max(settings.min_reps, min(settings.max_reps, reps))
+    events = [
+        [
+            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            for _ in range(reps)
+        ]
+        for _ in fns
+    ]
+    for rep in range(reps):
+        order = range(len(fns)) if rep % 2 == 0 else reversed(range(len(fns)))
+        for i in order:
+            flush.zero_()
+            start, end = events[i][rep]
+            start.record()
+            fns[i]()
+            end.record()
+    torch.cuda.synchronize()
+    del flush
+    return [[s.elapsed_time(e) / 1e3 for s, e in per_fn] for per_fn in events]

@@ -11,11 +11,12 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from policies import Policy, SearchSpace, Trial, make_policy, restore_policy
+from tuned.acceptance import AcceptanceSettings, Interval, decide, speedup_interval
 from tuned.evaluation.client import WorkerClient
 from tuned.outcomes import Candidate, EvalResult, Outcome, Provenance
 from tuned.registry.spec import KernelSpec
@@ -74,6 +75,7 @@ class Campaign:
         fingerprint: str,
         settings: TuneSettings,
         on_result: OnResult | None = None,
+        acceptance: AcceptanceSettings | None = None,
     ) -> None:
         self.spec = spec
         self.store = store
@@ -81,6 +83,7 @@ class Campaign:
         self.fingerprint = fingerprint
         self.settings = settings
         self.on_result = on_result
+        self.acceptance = acceptance or AcceptanceSettings()
         self.note = ""
         self._policy: Policy | None = None
 
@@ -164,15 +167,18 @@ class Campaign:
         )
 
     def evaluate(self, candidate: Candidate) -> TrialRow:
-        """Record, evaluate and store one candidate (the path every candidate takes)."""
+        """Record, evaluate and store one candidate (the path every candidate takes).
+
+        A correct candidate is timed interleaved with the incumbent; if it looks faster, the
+        acceptance rule (:mod:`tuned.acceptance`) decides, re-measuring it in a fresh worker.
+        """
         self.store.add_candidate(candidate)
-        started = time.time()
-        t0 = time.monotonic()
-        result = self.client.evaluate(self.spec, candidate)
-        wall = time.monotonic() - t0
-        self.store.record_evaluation(
-            candidate, self.fingerprint, result, started_at=started, wall_s=wall
-        )
+        incumbent = None
+        if candidate.provenance is not Provenance.ORIGINAL:
+            incumbent = self._incumbent()
+        result, wall = self._measure(candidate, incumbent)
+        if incumbent is not None and result.outcome is Outcome.OK:
+            self._judge(candidate, incumbent, result)
         if self.on_result is not None:
             self.on_result(self.spec, candidate, result, self.summary())
         return TrialRow(
@@ -186,6 +192,48 @@ class Campaign:
             wall_s=wall,
         )
 
+    def _measure(
+        self, candidate: Candidate, incumbent: Candidate | None, *, remeasure: bool = False
+    ) -> tuple[EvalResult, float]:
+        started = time.time()
+        t0 = time.monotonic()
+        result = self.client.evaluate(self.spec, candidate, incumbent)
+        wall = time.monotonic() - t0
+        if remeasure:
+            result = replace(result, metadata={**result.metadata, "remeasure": True})
+        self.store.record_evaluation(
+            candidate, self.fingerprint, result, started_at=started, wall_s=wall
+        )
+        return result, wall
+
+    def _incumbent(self) -> Candidate | None:
+        cid = self.store.incumbent(self.spec.name, self.spec.generation, self.fingerprint)
+        if cid is not None:
+            return self.store.candidate(cid, self.spec.generation)
+        return self._baseline_candidate()
+
+    def _judge(self, candidate: Candidate, incumbent: Candidate, result: EvalResult) -> None:
+        first = _interval(result, self.acceptance, self.settings.seed)
+        if first is None:
+            return
+        status = decide(first, self.acceptance)
+        second = None
+        if status == "remeasure":
+            self.client.close()  # the next evaluation starts a fresh worker
+            again, _ = self._measure(candidate, incumbent, remeasure=True)
+            second = _interval(again, self.acceptance, self.settings.seed + 1)
+            status = "not_confirmed" if second is None else decide(first, self.acceptance, second)
+        if status == "not_significant":
+            return
+        self.store.record_acceptance(
+            candidate,
+            self.fingerprint,
+            incumbent_id=incumbent.id,
+            status=status,
+            first=first.to_dict(),
+            second=None if second is None else second.to_dict(),
+        )
+
     def _load_policy(self) -> Policy:
         state = self.store.policy_state(
             self.spec.name, self.spec.generation, self.fingerprint, self.settings.policy
@@ -195,21 +243,28 @@ class Campaign:
         return make_policy(self.settings.policy)
 
     def summary(self) -> CampaignSummary:
-        """Figures from the store: every evaluation of this generation on this fingerprint."""
+        """Figures from the store: every evaluation of this generation on this fingerprint;
+        the best is the accepted incumbent (the baseline until a candidate is accepted)."""
         summary = CampaignSummary(kernel=self.spec.name, note=self.note)
         for t in self._trials():
             summary.outcomes[t.result.outcome.value] += 1
             summary.worker_seconds += t.wall_s
             if t.provenance is not Provenance.ORIGINAL:
                 summary.evaluations += 1
-            if t.result.outcome is not Outcome.OK or t.result.time_s is None:
-                continue
-            summary.timing_kind = t.result.timing_kind
-            if t.provenance is Provenance.ORIGINAL:
-                summary.baseline_s = t.result.time_s
-            if summary.best_s is None or t.result.time_s < summary.best_s:
-                summary.best_s, summary.best_knobs = t.result.time_s, dict(t.knobs)
+        best = self.store.best(self.spec.name, self.fingerprint)
+        if best is not None:
+            summary.baseline_s, summary.best_s = best.baseline_time_s, best.time_s
+            summary.best_knobs = dict(best.knobs)
+            summary.timing_kind = best.timing_kind
         return summary
+
+
+def _interval(result: EvalResult, settings: AcceptanceSettings, seed: int) -> Interval | None:
+    samples = result.metadata.get("samples") or {}
+    incumbent = result.metadata.get("incumbent_samples") or {}
+    if result.outcome is not Outcome.OK or not incumbent:
+        return None
+    return speedup_interval(samples, incumbent, np.random.default_rng(seed), settings)
 
 
 def _as_policy_trial(row: TrialRow) -> Trial:

@@ -220,8 +220,11 @@ class WorkerClient:
 
     # -- evaluation
 
-    def evaluate(self, spec: KernelSpec, candidate: Candidate) -> EvalResult:
-        """Evaluate one candidate. Failures of the candidate come back as results, never raised."""
+    def evaluate(
+        self, spec: KernelSpec, candidate: Candidate, incumbent: Candidate | None = None
+    ) -> EvalResult:
+        """Evaluate one candidate; with ``incumbent``, time both interleaved (their samples are
+        in ``result.metadata``). Failures of the candidate come back as results, never raised."""
         rejection = static_check(candidate.source, spec.launcher)
         if rejection:
             return EvalResult(Outcome.REJECTED_STATIC, reason=rejection, phase="static")
@@ -235,7 +238,12 @@ class WorkerClient:
                 "source": candidate.source,
                 "knobs": dict(candidate.knobs),
             },
-            "options": self._options(),
+            "options": {
+                **self._options(),
+                "incumbent": None
+                if incumbent is None
+                else {"source": incumbent.source, "knobs": dict(incumbent.knobs)},
+            },
         }
         try:
             os.write(self._to_worker, (json.dumps(request) + "\n").encode())

@@ -23,6 +23,7 @@ import math
 import os
 import platform
 import resource
+import statistics
 import sys
 import time
 import traceback
@@ -32,7 +33,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import IO, Any
 
-from profilers.timing import TimingSettings, gpu_median_seconds, wall_median_seconds
+from profilers.timing import TimingSettings, interleaved_samples
 from tuned.evaluation.checks import (
     CaseFailure,
     check_aliasing,
@@ -347,16 +348,27 @@ class Evaluation:
         del first_inputs, first_given, first_out
 
         self.enter("benchmark")
-        timings: dict[str, float] = {}
+        incumbent = None
+        if self.options.get("incumbent"):
+            inc = self.options["incumbent"]
+            inc_module = self.loader.load(inc["source"], directory_key=key, extra_files=extra)
+            self.candidate_modules.add(inc_module.__name__)
+            incumbent = getattr(inc_module, self.kernel["launcher"])
+        samples: dict[str, list[float]] = {}
+        incumbent_samples: dict[str, list[float]] = {}
         for case in self.timed_cases(cases):
             try:
-                timings[case.label] = self.time_case(case, launcher, reference, inputs_of)
+                mine, theirs = self.time_case(case, launcher, incumbent, reference, inputs_of)
             except CaseFailure as failure:
                 failure.reason = f"{case.label}: {failure.reason}"
                 raise
             except Exception as exc:
                 raise classify_exception(exc, "benchmark") from exc
+            samples[case.label] = mine
+            if theirs:
+                incumbent_samples[case.label] = theirs
         self.enter("done")
+        timings = {label: statistics.median(v) for label, v in samples.items()}
         objective = math.exp(sum(math.log(max(t, 1e-12)) for t in timings.values()) / len(timings))
         return {
             "outcome": "ok",
@@ -366,6 +378,7 @@ class Evaluation:
             "phase_seconds": self.phase_seconds,
             "checked_cases": len(cases),
             "skipped_cases": skipped,
+            "metadata": {"samples": samples, "incumbent_samples": incumbent_samples},
         }
 
     def check_case(
@@ -421,30 +434,39 @@ class Evaluation:
         self,
         case: Case,
         launcher: Callable[..., Any],
+        incumbent: Callable[..., Any] | None,
         reference: Callable[..., Any],
         inputs_of: Callable[[Case], list[Any]],
-    ) -> float:
-        """Median time, alternating two input sets; outputs made while timed are verified."""
+    ) -> tuple[list[float], list[float]]:
+        """Samples of the candidate (and of the incumbent, interleaved), alternating two input
+        sets; the candidate's outputs made while timed are verified afterwards."""
         seeds = list(self.options["seeds"])[:2]
         sets = [inputs_of(Case(case.dims, case.dtype, s, case.perf)) for s in seeds]
         pristine = [clone_inputs(x) for x in sets]
         last: list[Any] = [None] * len(sets)
-        calls = [0]
+        calls = [0, 0]
 
-        def fn() -> None:
+        def candidate_fn() -> None:
             k = calls[0] % len(sets)
             last[k] = launcher(*sets[k], **self.knobs)
             calls[0] += 1
 
+        fns = [candidate_fn]
+        if incumbent is not None:
+            incumbent_knobs = dict(self.options["incumbent"]["knobs"])
+
+            def incumbent_fn() -> None:
+                k = calls[1] % len(sets)
+                incumbent(*sets[k], **incumbent_knobs)
+                calls[1] += 1
+
+            fns.append(incumbent_fn)
         settings = TimingSettings(**self.options.get("timing", {}))
         guard = self.guard(poison=None)
         with guard:
-            if self.device == "cuda":
-                median, _ = gpu_median_seconds(fn, settings)
-            else:
-                median, _ = wall_median_seconds(fn, settings)
+            samples = interleaved_samples(fns, gpu=self.device == "cuda", settings=settings)
             while calls[0] < len(sets):  # too few timed calls to cover every set
-                fn()
+                candidate_fn()
         self._check_guard(guard, need_launch=True)
         atol, rtol = (float(v) for v in self.kernel["tolerance"][case.dtype])
         for k, x in enumerate(pristine):
@@ -454,7 +476,7 @@ class Evaluation:
                 raise CaseFailure(
                     "cheat", f"outputs computed while timed are wrong ({failure.reason})"
                 ) from None
-        return median
+        return samples[0], samples[1] if incumbent is not None else []
 
 
 def _serve(channel: Channel, device: str, loader: ModuleLoader, timers: TimerSnapshot) -> None:

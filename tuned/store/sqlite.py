@@ -19,7 +19,15 @@ from typing import Any
 from tuned.errors import StoreError
 from tuned.outcomes import Candidate, EvalResult, Provenance, canonical_knobs, source_hash
 from tuned.registry.spec import KernelSpec
-from tuned.store.base import BestRow, KernelRow, TrialRow, fingerprint_id
+from tuned.store.base import (
+    BestRow,
+    EvaluationTotals,
+    KernelProgress,
+    KernelRow,
+    TimelineRow,
+    TrialRow,
+    fingerprint_id,
+)
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore"]
 
@@ -82,6 +90,18 @@ CREATE TABLE IF NOT EXISTS invalid_entries (
     directory TEXT PRIMARY KEY,
     problems TEXT NOT NULL,
     seen_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS acceptances (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    kernel TEXT NOT NULL,
+    generation TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    candidate_id TEXT NOT NULL,
+    incumbent_id TEXT NOT NULL,
+    status TEXT NOT NULL,
+    first_json TEXT NOT NULL,
+    second_json TEXT,
+    decided_at REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS policy_state (
     kernel TEXT NOT NULL,
@@ -315,30 +335,37 @@ class SqliteStore:
         return out
 
     def best(self, kernel: str, fingerprint: str | None = None) -> BestRow | None:
-        """Fastest ``ok`` candidate of the kernel's current generation, with its baseline."""
+        """The incumbent of the kernel's current generation: the latest *accepted* candidate
+        (see :mod:`tuned.acceptance`), else the baseline; on ``fingerprint``, else on the
+        fingerprint of the generation's latest evaluation. ``None`` before a good baseline."""
         k = self.kernel(kernel)
         if k is None:
             return None
-        fp_clause, args = ("AND e.fingerprint=?", (fingerprint,)) if fingerprint else ("", ())
+        if fingerprint is None:
+            latest = self._query(
+                "SELECT fingerprint FROM evaluations WHERE kernel=? AND generation=?"
+                " ORDER BY seq DESC LIMIT 1",
+                (kernel, k.generation),
+            )
+            if not latest:
+                return None
+            fingerprint = str(latest[0]["fingerprint"])
         rows = self._query(
-            "SELECT c.*, e.time_s, e.fingerprint, e.timing_kind FROM evaluations e JOIN"
-            " candidates c ON c.id = e.candidate_id AND c.generation = e.generation"
-            f" WHERE e.kernel=? AND e.generation=? AND e.outcome='ok' {fp_clause}"
-            " ORDER BY e.time_s ASC",
-            (kernel, k.generation, *args),
+            "SELECT c.*, e.time_s, e.timing_kind FROM evaluations e JOIN candidates c"
+            " ON c.id = e.candidate_id AND c.generation = e.generation"
+            " WHERE e.kernel=? AND e.generation=? AND e.fingerprint=? AND e.outcome='ok'"
+            " ORDER BY e.seq",
+            (kernel, k.generation, fingerprint),
         )
-        if not rows:
-            return None
-        top = rows[0]
+        by_id: dict[str, sqlite3.Row] = {}
+        for r in rows:
+            by_id.setdefault(r["id"], r)  # first measurement of each candidate
         baseline = next(
-            (
-                r
-                for r in rows
-                if r["provenance"] == Provenance.ORIGINAL.value
-                and r["fingerprint"] == top["fingerprint"]
-            ),
-            None,
+            (r for r in by_id.values() if r["provenance"] == Provenance.ORIGINAL.value), None
         )
+        if baseline is None:
+            return None
+        top = by_id.get(self.incumbent(kernel, k.generation, fingerprint) or "", baseline)
         return BestRow(
             kernel=kernel,
             generation=k.generation,
@@ -347,9 +374,86 @@ class SqliteStore:
             source_hash=top["source_hash"],
             provenance=Provenance(top["provenance"]),
             time_s=float(top["time_s"]),
-            baseline_time_s=float(baseline["time_s"]) if baseline else None,
-            fingerprint=top["fingerprint"],
+            baseline_time_s=float(baseline["time_s"]),
+            fingerprint=fingerprint,
             timing_kind=top["timing_kind"],
+        )
+
+    # -- acceptance of new bests
+
+    def record_acceptance(
+        self,
+        candidate: Candidate,
+        fingerprint: str,
+        *,
+        incumbent_id: str,
+        status: str,
+        first: Mapping[str, float],
+        second: Mapping[str, float] | None,
+    ) -> None:
+        """Record the decision on a candidate that looked faster than the incumbent."""
+        with self._transaction() as db:
+            db.execute(
+                "INSERT INTO acceptances (kernel, generation, fingerprint, candidate_id,"
+                " incumbent_id, status, first_json, second_json, decided_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    candidate.kernel,
+                    candidate.generation,
+                    fingerprint,
+                    candidate.id,
+                    incumbent_id,
+                    status,
+                    json.dumps(dict(first)),
+                    None if second is None else json.dumps(dict(second)),
+                    time.time(),
+                ),
+            )
+
+    def incumbent(self, kernel: str, generation: str, fingerprint: str) -> str | None:
+        """Id of the latest accepted candidate of a generation on a fingerprint."""
+        rows = self._query(
+            "SELECT candidate_id FROM acceptances WHERE kernel=? AND generation=?"
+            " AND fingerprint=? AND status='accepted' ORDER BY seq DESC LIMIT 1",
+            (kernel, generation, fingerprint),
+        )
+        return str(rows[0]["candidate_id"]) if rows else None
+
+    def acceptances(self, kernel: str) -> list[dict[str, Any]]:
+        """Every acceptance decision of a kernel, oldest first (``held`` ones are flagged)."""
+        rows = self._query("SELECT * FROM acceptances WHERE kernel=? ORDER BY seq", (kernel,))
+        return [
+            {
+                "generation": r["generation"],
+                "fingerprint": r["fingerprint"],
+                "candidate_id": r["candidate_id"],
+                "incumbent_id": r["incumbent_id"],
+                "status": r["status"],
+                "first": json.loads(r["first_json"]),
+                "second": None if r["second_json"] is None else json.loads(r["second_json"]),
+                "decided_at": r["decided_at"],
+            }
+            for r in rows
+        ]
+
+    def candidate(self, candidate_id: str, generation: str) -> Candidate | None:
+        rows = self._query(
+            "SELECT * FROM candidates WHERE id=? AND generation=?", (candidate_id, generation)
+        )
+        if not rows:
+            return None
+        r = rows[0]
+        source = self.source(r["source_hash"])
+        if source is None:
+            return None
+        return Candidate(
+            kernel=r["kernel"],
+            generation=generation,
+            source=source,
+            knobs=json.loads(r["knobs_json"]),
+            provenance=Provenance(r["provenance"]),
+            strategy=r["strategy"],
+            parent_id=r["parent_id"],
         )
 
     # -- policy state
@@ -379,6 +483,225 @@ class SqliteStore:
             (kernel, generation, fingerprint, policy),
         )
         return dict(json.loads(rows[0]["state_json"])) if rows else None
+
+    # -- the daemon (issue 4): lifecycle of registry entries, read models for metrics/report
+
+    @classmethod
+    def open_reader(cls, path: Path) -> SqliteStore:
+        """A read-only store on an existing database, usable from any thread (one at a time).
+
+        For readers beside a writing daemon (the metrics collector): it never takes the write
+        lock, so a scrape cannot delay an evaluation's record.
+        """
+        store = cls.__new__(cls)
+        store.path = path
+        try:
+            store._db = sqlite3.connect(
+                f"{path.resolve().as_uri()}?mode=ro",
+                uri=True,
+                timeout=30.0,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+            store._db.execute("SELECT COUNT(*) FROM kernels").fetchall()
+        except (sqlite3.Error, OSError) as exc:
+            raise StoreError(
+                f"cannot read the store {path}: {exc}; check that it exists and is readable"
+            ) from exc
+        return store
+
+    def retire_kernel(self, name: str) -> None:
+        """The kernel's entry left the registry: keep its history, stop tuning it."""
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE kernels SET state='retired', reason='removed from the registry',"
+                " updated_at=? WHERE name=?",
+                (time.time(), name),
+            )
+
+    def forget_invalid(self, directory: str) -> None:
+        """An invalid entry's directory left the registry."""
+        with self._transaction() as db:
+            db.execute("DELETE FROM invalid_entries WHERE directory=?", (directory,))
+
+    def last_evaluated_at(self, kernel: str, generation: str, fingerprint: str) -> float | None:
+        """When the latest evaluation of a generation on a fingerprint finished (Unix s)."""
+        rows = self._query(
+            "SELECT MAX(started_at + wall_s) AS t FROM evaluations"
+            " WHERE kernel=? AND generation=? AND fingerprint=?",
+            (kernel, generation, fingerprint),
+        )
+        return None if rows[0]["t"] is None else float(rows[0]["t"])
+
+    def checkpoint(self, wait_s: float = 2.0) -> None:
+        """Fold the write-ahead log into the database file (before a clean stop).
+
+        Waits at most ``wait_s`` for readers; past that the log is left for the next start.
+        """
+        try:
+            self._db.execute(f"PRAGMA busy_timeout={int(wait_s * 1000)}")
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            self._db.execute("PRAGMA busy_timeout=30000")
+        except sqlite3.Error as exc:
+            raise StoreError(f"checkpointing the store {self.path} failed: {exc}") from exc
+
+    def kernel_progress(self) -> list[KernelProgress]:
+        """Every kernel with its current generation's figures on its latest fingerprint.
+
+        The best is the incumbent, as :meth:`best` defines it: the latest accepted candidate,
+        else the baseline; ``best_at`` is when it was accepted (or the baseline measured).
+        """
+        rows = self._query(
+            """
+            WITH latest AS (
+                SELECT e.kernel, e.generation, e.fingerprint, MAX(e.seq) AS seq
+                FROM evaluations e JOIN kernels k
+                    ON k.name = e.kernel AND k.generation = e.generation
+                GROUP BY e.kernel
+            ),
+            mine AS (
+                SELECT e.*, c.provenance FROM evaluations e
+                JOIN latest l ON e.kernel = l.kernel AND e.generation = l.generation
+                    AND e.fingerprint = l.fingerprint
+                JOIN candidates c ON c.id = e.candidate_id AND c.generation = e.generation
+            ),
+            firsts AS (
+                SELECT kernel, candidate_id, provenance, time_s, timing_kind,
+                    started_at + wall_s AS at, MIN(seq) AS seq
+                FROM mine WHERE outcome = 'ok' AND time_s IS NOT NULL
+                GROUP BY kernel, candidate_id
+            ),
+            base AS (
+                SELECT kernel, time_s AS baseline_s, at, timing_kind FROM firsts
+                WHERE provenance = 'original'
+            ),
+            accepted AS (
+                SELECT a.kernel, a.candidate_id, a.decided_at, MAX(a.seq) AS seq
+                FROM acceptances a JOIN latest l ON a.kernel = l.kernel
+                    AND a.generation = l.generation AND a.fingerprint = l.fingerprint
+                WHERE a.status = 'accepted' GROUP BY a.kernel
+            ),
+            best AS (
+                SELECT accepted.kernel, f.time_s AS best_s, accepted.decided_at AS best_at
+                FROM accepted JOIN firsts f
+                    ON f.kernel = accepted.kernel AND f.candidate_id = accepted.candidate_id
+            ),
+            counts AS (SELECT kernel, COUNT(*) AS n FROM mine GROUP BY kernel)
+            SELECT k.name, k.state, k.weight, k.generation, l.fingerprint,
+                COALESCE(counts.n, 0) AS n, base.baseline_s,
+                CASE WHEN base.baseline_s IS NULL THEN NULL
+                    ELSE COALESCE(best.best_s, base.baseline_s) END AS best_s,
+                CASE WHEN base.baseline_s IS NULL THEN NULL
+                    ELSE COALESCE(best.best_at, base.at) END AS best_at,
+                COALESCE(base.timing_kind, '') AS timing_kind
+            FROM kernels k
+            LEFT JOIN latest l ON l.kernel = k.name
+            LEFT JOIN best ON best.kernel = k.name
+            LEFT JOIN base ON base.kernel = k.name
+            LEFT JOIN counts ON counts.kernel = k.name
+            ORDER BY k.name
+            """
+        )
+        return [
+            KernelProgress(
+                name=r["name"],
+                state=r["state"],
+                weight=float(r["weight"]),
+                generation=r["generation"],
+                fingerprint=r["fingerprint"],
+                evaluations=int(r["n"]),
+                baseline_s=r["baseline_s"],
+                best_s=r["best_s"],
+                best_at=r["best_at"],
+                timing_kind=r["timing_kind"],
+            )
+            for r in rows
+        ]
+
+    def evaluation_totals(
+        self, after_seq: int = 0, bucket_bounds: tuple[float, ...] = ()
+    ) -> EvaluationTotals:
+        """Totals over evaluations recorded after ``after_seq`` (see :class:`EvaluationTotals`).
+
+        Callers keep a running sum and ask only for what is new, so a scrape costs the same
+        with a year of history as with a day's.
+        """
+        upto = self._query("SELECT COALESCE(MAX(seq), 0) AS s FROM evaluations")[0]["s"]
+        window = (after_seq, int(upto))
+        outcomes = {
+            (r["kernel"], r["outcome"]): int(r["n"])
+            for r in self._query(
+                "SELECT kernel, outcome, COUNT(*) AS n FROM evaluations"
+                " WHERE seq > ? AND seq <= ? GROUP BY kernel, outcome",
+                window,
+            )
+        }
+        le = ", ".join("SUM(j.value <= ?)" for _ in bucket_bounds)
+        phases: dict[str, tuple[int, float, tuple[int, ...]]] = {}
+        for r in self._query(
+            f"SELECT j.key AS phase, COUNT(*) AS n, SUM(j.value) AS total{', ' + le if le else ''}"
+            " FROM evaluations e, json_each(e.result_json, '$.phase_seconds') j"
+            " WHERE e.seq > ? AND e.seq <= ? GROUP BY j.key",
+            (*bucket_bounds, *window),
+        ):
+            cumulative = tuple(int(r[3 + i] or 0) for i in range(len(bucket_bounds)))
+            phases[r["phase"]] = (int(r["n"]), float(r["total"] or 0.0), cumulative)
+        arms = {
+            (r["kernel"], r["strategy"]): (int(r["n"]), float(r["reward"] or 0.0))
+            for r in self._query(
+                """
+                SELECT e.kernel, COALESCE(c.strategy, c.provenance) AS strategy,
+                    COUNT(*) AS n,
+                    SUM(CASE WHEN e.outcome = 'ok' AND e.time_s > 0 AND parent.t > 0
+                        THEN MAX(0.0, 1.0 - e.time_s / parent.t) ELSE 0.0 END) AS reward
+                FROM evaluations e
+                JOIN candidates c ON c.id = e.candidate_id AND c.generation = e.generation
+                LEFT JOIN (
+                    SELECT pe.candidate_id, pe.generation, pe.fingerprint, pc.provenance,
+                        MIN(pe.time_s) AS t
+                    FROM evaluations pe JOIN candidates pc
+                        ON pc.id = pe.candidate_id AND pc.generation = pe.generation
+                    WHERE pe.outcome = 'ok'
+                    GROUP BY pe.candidate_id, pe.generation, pe.fingerprint
+                ) parent ON parent.generation = e.generation
+                    AND parent.fingerprint = e.fingerprint
+                    AND ((c.parent_id IS NOT NULL AND parent.candidate_id = c.parent_id)
+                        OR (c.parent_id IS NULL AND parent.provenance = 'original'))
+                WHERE e.seq > ? AND e.seq <= ? AND c.provenance != 'original'
+                GROUP BY e.kernel, COALESCE(c.strategy, c.provenance)
+                """,
+                window,
+            )
+        }
+        return EvaluationTotals(
+            after_seq=after_seq, upto_seq=window[1], outcomes=outcomes, phases=phases, arms=arms
+        )
+
+    def timeline(self, *, current_only: bool = True) -> list[TimelineRow]:
+        """Every evaluation in order (of the kernels' current generations by default)."""
+        current = (
+            "JOIN kernels k ON k.name = e.kernel AND k.generation = e.generation"
+            if current_only
+            else ""
+        )
+        return [
+            TimelineRow(
+                kernel=r["kernel"],
+                generation=r["generation"],
+                fingerprint=r["fingerprint"],
+                provenance=Provenance(r["provenance"]),
+                strategy=r["strategy"] or r["provenance"],
+                outcome=r["outcome"],
+                time_s=r["time_s"],
+                finished_at=float(r["finished_at"]),
+            )
+            for r in self._query(
+                "SELECT e.kernel, e.generation, e.fingerprint, c.provenance, c.strategy,"
+                " e.outcome, e.time_s, e.started_at + e.wall_s AS finished_at"
+                f" FROM evaluations e {current} JOIN candidates c"
+                " ON c.id = e.candidate_id AND c.generation = e.generation ORDER BY e.seq"
+            )
+        ]
 
 
 def _spec_summary(spec: KernelSpec) -> dict[str, Any]:

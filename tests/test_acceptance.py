@@ -1,0 +1,60 @@
+"""The acceptance rule: bootstrap intervals, decisions, and the A/A replay on recorded noise."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tuned.acceptance import AcceptanceSettings, Interval, decide, speedup_interval
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHDATA = ROOT.parent / "shared" / "benchdata"
+
+
+def _noisy(center: float, n: int, rng: np.random.Generator) -> list[float]:
+    return (center * (1 + 0.01 * rng.standard_normal(n))).tolist()
+
+
+def test_interval_brackets_a_known_speedup() -> None:
+    rng = np.random.default_rng(0)
+    cand = {"a": _noisy(1.0, 50, rng), "b": _noisy(2.0, 50, rng)}
+    inc = {"a": _noisy(1.5, 50, rng), "b": _noisy(3.0, 50, rng)}
+    iv = speedup_interval(cand, inc, rng)
+    assert iv.low < 1.5 < iv.high
+    assert iv.speedup == pytest.approx(1.5, rel=0.01)
+    assert iv.high - iv.low < 0.05
+
+
+def test_identical_timings_are_not_significant() -> None:
+    rng = np.random.default_rng(1)
+    same = {"a": _noisy(1.0, 30, rng)}
+    other = {"a": _noisy(1.0, 30, rng)}
+    assert decide(speedup_interval(same, other, rng), AcceptanceSettings()) == "not_significant"
+
+
+def test_decisions() -> None:
+    s = AcceptanceSettings(min_gain=0.02)
+    assert decide(Interval(1.05, 1.01, 1.09), s) == "not_significant"
+    assert decide(Interval(1.30, 1.20, 1.40), s) == "remeasure"
+    assert decide(Interval(1.30, 1.20, 1.40), s, Interval(1.25, 1.15, 1.35)) == "accepted"
+    assert decide(Interval(1.30, 1.20, 1.40), s, Interval(1.01, 0.95, 1.07)) == "not_confirmed"
+    assert decide(Interval(15.0, 12.0, 18.0), s) == "held"
+    no_remeasure = AcceptanceSettings(remeasure=False)
+    assert decide(Interval(1.30, 1.20, 1.40), no_remeasure) == "accepted"
+
+
+def test_aa_replay_on_recorded_noise_accepts_almost_no_false_improvement() -> None:
+    if not BENCHDATA.is_dir():
+        pytest.skip(f"recorded spaces not found at {BENCHDATA}")
+    spec = importlib.util.spec_from_file_location("aa_replay", ROOT / "bench" / "aa_replay.py")
+    assert spec is not None and spec.loader is not None
+    aa = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(aa)
+    runs = aa.recorded_runs(BENCHDATA / "convolution_A100.json.gz")
+    rng = np.random.default_rng(0)
+    settings = AcceptanceSettings()
+    assert aa.accept_rate(runs, 300, 0.0, rng, settings) < 0.01
+    assert aa.accept_rate(runs, 60, 0.10, rng, settings) > 0.9  # and real gains get through

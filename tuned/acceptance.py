@@ -1,0 +1,89 @@
+"""When is a faster candidate really faster? Bootstrap intervals and the acceptance rule.
+
+A candidate is timed interleaved with the incumbent (the current best, or the baseline) in
+the same worker, on every timed case. The speedup statistic is
+
+    S = exp( mean over cases c of  log( median(incumbent_c) / median(candidate_c) ) )
+
+(the geometric mean of the per-case ratios of medians). Its confidence interval comes from a
+percentile bootstrap: each case's samples of both are resampled with replacement, ``B`` times.
+
+The rule (:func:`decide`):
+
+1. ``lower bound < 1 + min_gain``: not significant; the incumbent stays.
+2. ``S > suspicious_speedup`` (default 10x): held for re-verification, never accepted
+   automatically, and flagged (speedups that large are more often bugs than wins).
+3. otherwise the candidate is re-measured in a fresh worker, interleaved again, and accepted
+   only if that second interval's lower bound also clears ``1 + min_gain``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["AcceptanceSettings", "Interval", "decide", "speedup_interval"]
+
+
+@dataclass(frozen=True)
+class AcceptanceSettings:
+    min_gain: float = 0.02  # the lower bound must exceed 1 + min_gain
+    confidence: float = 0.95  # two-sided; the lower bound is the (1 - confidence) / 2 quantile
+    resamples: int = 2000
+    suspicious_speedup: float = 10.0
+    remeasure: bool = True
+
+
+@dataclass(frozen=True)
+class Interval:
+    speedup: float
+    low: float
+    high: float
+
+    def to_dict(self) -> dict[str, float]:
+        return {"speedup": self.speedup, "low": self.low, "high": self.high}
+
+
+def speedup_interval(
+    candidate: Mapping[str, Sequence[float]],
+    incumbent: Mapping[str, Sequence[float]],
+    rng: np.random.Generator,
+    settings: AcceptanceSettings = AcceptanceSettings(),
+) -> Interval:
+    """Point estimate and bootstrap interval of the incumbent/candidate speedup."""
+    labels = sorted(set(candidate) & set(incumbent))
+    if not labels:
+        raise ValueError("no timed case in common between candidate and incumbent")
+    point = 0.0
+    boot = np.zeros(settings.resamples)
+    for label in labels:
+        c = np.asarray(candidate[label], dtype=float)
+        i = np.asarray(incumbent[label], dtype=float)
+        point += math.log(float(np.median(i)) / float(np.median(c)))
+        c_idx = rng.integers(0, len(c), size=(settings.resamples, len(c)))
+        i_idx = rng.integers(0, len(i), size=(settings.resamples, len(i)))
+        boot += np.log(np.median(i[i_idx], axis=1) / np.median(c[c_idx], axis=1))
+    n = len(labels)
+    tail = (1.0 - settings.confidence) / 2
+    low, high = np.quantile(boot / n, [tail, 1.0 - tail])
+    return Interval(
+        speedup=math.exp(point / n), low=math.exp(float(low)), high=math.exp(float(high))
+    )
+
+
+def decide(first: Interval, settings: AcceptanceSettings, second: Interval | None = None) -> str:
+    """The decision: ``not_significant``, ``held``, ``remeasure`` (then call again with
+    ``second``), ``accepted`` or ``not_confirmed``."""
+    bar = 1.0 + settings.min_gain
+    if first.low < bar:
+        return "not_significant"
+    if first.speedup > settings.suspicious_speedup:
+        return "held"
+    if not settings.remeasure:
+        return "accepted"
+    if second is None:
+        return "remeasure"
+    return "accepted" if second.low >= bar else "not_confirmed"
