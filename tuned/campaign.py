@@ -197,7 +197,14 @@ class Campaign:
     ) -> tuple[EvalResult, float]:
         started = time.time()
         t0 = time.monotonic()
-        result = self.client.evaluate(self.spec, candidate, incumbent)
+        original = candidate.provenance is Provenance.ORIGINAL
+        result = self.client.evaluate(
+            self.spec,
+            candidate,
+            incumbent,
+            derived_skip=() if original else self._derived_unusable(),
+            lenient_derived=original,
+        )
         wall = time.monotonic() - t0
         if remeasure:
             result = replace(result, metadata={**result.metadata, "remeasure": True})
@@ -205,6 +212,13 @@ class Campaign:
             candidate, self.fingerprint, result, started_at=started, wall_s=wall
         )
         return result, wall
+
+    def _derived_unusable(self) -> list[str]:
+        """Derived shapes the original itself fails on: not checked for candidates."""
+        for t in self._trials():
+            if t.provenance is Provenance.ORIGINAL:
+                return list(t.result.metadata.get("derived_unusable", ()))
+        return []
 
     def _incumbent(self) -> Candidate | None:
         cid = self.store.incumbent(self.spec.name, self.spec.generation, self.fingerprint)

@@ -133,7 +133,8 @@ def test_each_outcome(
     if outcome is Outcome.OK:
         assert result.time_s is not None and result.time_s > 0
         assert result.timing_kind == "interpreter"
-        assert result.checked_cases == 2 * 2 * 2  # shapes x dtypes x seeds
+        # (2 declared + 1 derived shape: N=9) x dtypes x seeds
+        assert result.checked_cases == 3 * 2 * 2
     else:
         assert result.time_s is None
         assert result.reason
@@ -192,3 +193,38 @@ def test_reference_defaults_to_the_original_launcher(
     assert client.evaluate(spec, _candidate(spec, ADD_SOURCE, {"BLOCK": 64})).outcome is Outcome.OK
     wrong = ADD_SOURCE.replace("x + y, mask=mask)", "x - y, mask=mask)")
     assert client.evaluate(spec, _candidate(spec, wrong, {})).outcome is Outcome.INCORRECT
+
+
+def test_derived_shapes_catch_a_kernel_right_only_at_declared_sizes(
+    client: WorkerClient, write_entry: WriteEntry
+) -> None:
+    from tuned.evaluation.shapes import derive_shapes
+
+    yaml = (
+        "name: even\nmodule: add.py\nlauncher: add\nreference: reference\ninputs: make_inputs\n"
+        "shapes:\n  - {N: 4096, perf: true}\n  - {N: 64}\ndtypes: [float32]\n"
+        "knobs:\n  BLOCK: [64, 128]\n"
+    )
+    spec = load_entry(write_entry(name="even", yaml=yaml))
+    assert [s.dims["N"] for s in derive_shapes(spec.shapes)] == [65, 65 + 64]
+    # Right whenever N is a multiple of 64 (every declared shape); the tail is never written.
+    tail_less = ADD_SOURCE.replace("out, n, BLOCK=BLOCK", "out, n - n % 64, BLOCK=BLOCK")
+    assert tail_less != ADD_SOURCE
+    result = client.evaluate(spec, _candidate(spec, tail_less, {"BLOCK": 64}))
+    assert result.outcome is Outcome.INCORRECT
+    assert result.reason.startswith("derived shape N=65/float32 seed 0: ")
+    assert "never written" in result.reason
+    # The original passes its derived shapes; a shape the original fails is dropped, not failed.
+    ok = client.evaluate(spec, _candidate(spec, ADD_SOURCE, {"BLOCK": 64}))
+    assert ok.outcome is Outcome.OK and ok.checked_cases == (2 + 2) * 2
+    lenient = client.evaluate(
+        spec, _candidate(spec, tail_less, {"BLOCK": 64}), lenient_derived=True
+    )
+    assert lenient.outcome is Outcome.OK
+    assert lenient.metadata["derived_unusable"] == ["N=129/float32", "N=65/float32"]
+    skipped = client.evaluate(
+        spec,
+        _candidate(spec, tail_less, {"BLOCK": 64}),
+        derived_skip=["N=65/float32", "N=129/float32"],
+    )
+    assert skipped.outcome is Outcome.OK

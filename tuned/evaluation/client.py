@@ -18,13 +18,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from profilers.timing import TimingSettings
 from tuned.errors import WorkerError
+from tuned.evaluation.shapes import derive_shapes
 from tuned.evaluation.static import static_check
 from tuned.outcomes import Candidate, EvalResult, Outcome
 from tuned.registry.spec import KernelSpec
@@ -221,10 +222,20 @@ class WorkerClient:
     # -- evaluation
 
     def evaluate(
-        self, spec: KernelSpec, candidate: Candidate, incumbent: Candidate | None = None
+        self,
+        spec: KernelSpec,
+        candidate: Candidate,
+        incumbent: Candidate | None = None,
+        *,
+        derived_skip: Sequence[str] = (),
+        lenient_derived: bool = False,
     ) -> EvalResult:
-        """Evaluate one candidate; with ``incumbent``, time both interleaved (their samples are
-        in ``result.metadata``). Failures of the candidate come back as results, never raised."""
+        """Evaluate one candidate. Failures of the candidate come back as results, never raised.
+
+        With ``incumbent``, both are timed interleaved (samples in ``result.metadata``).
+        Derived shapes (:mod:`tuned.evaluation.shapes`) listed in ``derived_skip`` are not
+        checked; with ``lenient_derived`` (the baseline), a failing derived shape is recorded
+        in ``metadata["derived_unusable"]`` instead of failing the evaluation."""
         rejection = static_check(candidate.source, spec.launcher)
         if rejection:
             return EvalResult(Outcome.REJECTED_STATIC, reason=rejection, phase="static")
@@ -240,6 +251,8 @@ class WorkerClient:
             },
             "options": {
                 **self._options(),
+                "derived_skip": list(derived_skip),
+                "lenient_derived": lenient_derived,
                 "incumbent": None
                 if incumbent is None
                 else {"source": incumbent.source, "knobs": dict(incumbent.knobs)},
@@ -325,12 +338,15 @@ def _tail(path: Path, limit: int = 800) -> str:
 
 
 def _kernel_payload(spec: KernelSpec) -> dict[str, Any]:
+    derived = [
+        {"dims": dict(s.dims), "perf": False, "derived": True} for s in derive_shapes(spec.shapes)
+    ]
     return {
         "name": spec.name,
         "launcher": spec.launcher,
         "inputs": spec.inputs,
         "reference": spec.reference,
-        "shapes": [{"dims": dict(s.dims), "perf": s.perf} for s in spec.shapes],
+        "shapes": [{"dims": dict(s.dims), "perf": s.perf} for s in spec.shapes] + derived,
         "dtypes": list(spec.dtypes),
         "tolerance": {d: [t.atol, t.rtol] for d, t in spec.tolerance.items()},
         "original_source": spec.module_source,
