@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import has_gpu
 from tuned.evaluation import EvaluationSettings, WorkerClient
+from tuned.evaluation.shapes import derive_shapes
 from tuned.outcomes import Candidate, Outcome, Provenance
 from tuned.registry import scan_registry
 
@@ -63,7 +64,9 @@ def test_example_original_is_correct(client: WorkerClient, spec: object) -> None
     assert result.outcome is Outcome.OK, result.reason
     checked_shapes = len(spec.shapes) - len(result.skipped_cases) // len(spec.dtypes)
     assert checked_shapes >= 2
-    assert result.checked_cases == checked_shapes * len(spec.dtypes) * 2
+    derived = derive_shapes(spec.shapes)  # the original passes on every derived shape too
+    assert result.metadata["derived_unusable"] == []
+    assert result.checked_cases == (checked_shapes + len(derived)) * len(spec.dtypes) * 2
     if has_gpu():
         assert result.skipped_cases == () and result.timing_kind == "gpu"
         assert set(result.timings) == {
