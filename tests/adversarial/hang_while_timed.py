@@ -1,6 +1,6 @@
 # expect: timeout: benchmark
-"""Correct at first, then hangs once called more than 20 times: in the timing loop (correctness
-takes 17 calls of this test kernel in the interpreter)."""
+"""Correct whenever checked, but hangs once the same input tensor comes back: the timing loop
+(correctness checks always pass fresh copies)."""
 import torch
 import triton
 import triton.language as tl
@@ -13,14 +13,14 @@ def _add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
 
 
-CALLS = [0]
+SEEN = []
 
 
 def add(x, y, BLOCK=256, num_warps=4):
-    CALLS[0] += 1
-    if CALLS[0] > 20:
+    if any(s is x for s in SEEN):
         import threading
         threading.Event().wait()
+    SEEN.append(x)
     out = torch.empty_like(x)
     _add[(triton.cdiv(x.numel(), BLOCK),)](x, y, out, x.numel(), BLOCK=BLOCK, num_warps=num_warps)
     return out
