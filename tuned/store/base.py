@@ -15,7 +15,15 @@ from dataclasses import dataclass
 from tuned.outcomes import EvalResult, Provenance
 from tuned.registry.spec import KnobValue
 
-__all__ = ["BestRow", "KernelRow", "TrialRow", "fingerprint_id"]
+__all__ = [
+    "BestRow",
+    "EvaluationTotals",
+    "KernelProgress",
+    "KernelRow",
+    "TimelineRow",
+    "TrialRow",
+    "fingerprint_id",
+]
 
 
 def fingerprint_id(fingerprint: Mapping[str, str]) -> str:
@@ -66,3 +74,66 @@ class BestRow:
         if self.baseline_time_s is None or self.time_s <= 0:
             return None
         return self.baseline_time_s / self.time_s
+
+
+# -- read models for the daemon, its metrics and `ktuned report` (issue 4)
+
+
+@dataclass(frozen=True)
+class KernelProgress:
+    """A kernel's current generation on the fingerprint of its latest evaluation.
+
+    The best is the incumbent (the latest accepted candidate, else the baseline); ``best_at``
+    is when it was accepted, or the baseline measured (Unix seconds): the last improvement.
+    Times are ``None`` until the baseline has a successful evaluation.
+    """
+
+    name: str
+    state: str
+    weight: float
+    generation: str
+    fingerprint: str | None
+    evaluations: int
+    baseline_s: float | None
+    best_s: float | None
+    best_at: float | None
+    timing_kind: str
+
+    @property
+    def speedup(self) -> float | None:
+        if self.baseline_s is None or not self.best_s:
+            return None
+        return self.baseline_s / self.best_s
+
+
+@dataclass
+class EvaluationTotals:
+    """Sums over the evaluations with ``after_seq < seq <= upto_seq`` (every kernel).
+
+    ``outcomes[(kernel, outcome)]``: evaluations. ``phases[phase]``: (count, sum of seconds,
+    cumulative counts at each upper bound asked for). ``arms[(kernel, strategy)]``: (pulls, sum
+    of rewards), where a pull is an evaluated non-original candidate and its reward the
+    relative latency reduction against its parent (the baseline when it has none), clipped at
+    0; failures are pulls with reward 0.
+    """
+
+    after_seq: int
+    upto_seq: int
+    outcomes: dict[tuple[str, str], int]
+    phases: dict[str, tuple[int, float, tuple[int, ...]]]
+    arms: dict[tuple[str, str], tuple[int, float]]
+
+
+@dataclass(frozen=True)
+class TimelineRow:
+    """One evaluation, for plots: when it finished and what it found."""
+
+    kernel: str
+    generation: str
+    fingerprint: str
+    candidate_id: str
+    provenance: Provenance
+    strategy: str
+    outcome: str
+    time_s: float | None
+    finished_at: float

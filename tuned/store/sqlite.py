@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -545,27 +545,59 @@ class SqliteStore:
         except sqlite3.Error as exc:
             raise StoreError(f"checkpointing the store {self.path} failed: {exc}") from exc
 
-    def kernel_progress(self) -> list[KernelProgress]:
-        """Every kernel with its current generation's figures on its latest fingerprint.
+    def changes_since(self, eval_seq: int, acceptance_seq: int) -> tuple[set[str], int, int]:
+        """Kernels with evaluations or acceptances newer than the given sequence numbers, and
+        the newest sequence numbers (pass them next time)."""
+        evals = self._query(
+            "SELECT kernel, MAX(seq) AS s FROM evaluations WHERE seq > ? GROUP BY kernel",
+            (eval_seq,),
+        )
+        accepted = self._query(
+            "SELECT kernel, MAX(seq) AS s FROM acceptances WHERE seq > ? GROUP BY kernel",
+            (acceptance_seq,),
+        )
+        names = {r["kernel"] for r in evals} | {r["kernel"] for r in accepted}
+        return (
+            names,
+            max([eval_seq, *(int(r["s"]) for r in evals)]),
+            max([acceptance_seq, *(int(r["s"]) for r in accepted)]),
+        )
+
+    def kernel_progress(self, names: Collection[str] | None = None) -> list[KernelProgress]:
+        """Every kernel (or those in ``names``) with its current generation's figures on its
+        latest fingerprint.
 
         The best is the incumbent, as :meth:`best` defines it: the latest accepted candidate,
         else the baseline; ``best_at`` is when it was accepted (or the baseline measured).
         """
+        if names is not None:
+            names = sorted(names)
+            if not names:
+                return []
+            if len(names) > 400:  # SQLite's host-parameter limit; split large requests
+                return [
+                    p
+                    for i in range(0, len(names), 400)
+                    for p in self.kernel_progress(names[i : i + 400])
+                ]
+        marks = ",".join("?" * len(names or ()))
         rows = self._query(
             """
-            WITH latest AS (
+            WITH latest AS MATERIALIZED (
                 SELECT e.kernel, e.generation, e.fingerprint, MAX(e.seq) AS seq
                 FROM evaluations e JOIN kernels k
                     ON k.name = e.kernel AND k.generation = e.generation
+                {where}
                 GROUP BY e.kernel
             ),
-            mine AS (
-                SELECT e.*, c.provenance FROM evaluations e
+            mine AS MATERIALIZED (
+                SELECT e.kernel, e.candidate_id, e.seq, e.outcome, e.time_s, e.timing_kind,
+                    e.started_at, e.wall_s, c.provenance FROM evaluations e
                 JOIN latest l ON e.kernel = l.kernel AND e.generation = l.generation
                     AND e.fingerprint = l.fingerprint
                 JOIN candidates c ON c.id = e.candidate_id AND c.generation = e.generation
             ),
-            firsts AS (
+            firsts AS MATERIALIZED (
                 SELECT kernel, candidate_id, provenance, time_s, timing_kind,
                     started_at + wall_s AS at, MIN(seq) AS seq
                 FROM mine WHERE outcome = 'ok' AND time_s IS NOT NULL
@@ -599,8 +631,13 @@ class SqliteStore:
             LEFT JOIN best ON best.kernel = k.name
             LEFT JOIN base ON base.kernel = k.name
             LEFT JOIN counts ON counts.kernel = k.name
+            {where_k}
             ORDER BY k.name
-            """
+            """.format(
+                where="" if names is None else f"WHERE e.kernel IN ({marks})",
+                where_k="" if names is None else f"WHERE k.name IN ({marks})",
+            ),
+            () if names is None else (*names, *names),
         )
         return [
             KernelProgress(
@@ -689,6 +726,7 @@ class SqliteStore:
                 kernel=r["kernel"],
                 generation=r["generation"],
                 fingerprint=r["fingerprint"],
+                candidate_id=r["candidate_id"],
                 provenance=Provenance(r["provenance"]),
                 strategy=r["strategy"] or r["provenance"],
                 outcome=r["outcome"],
@@ -696,7 +734,8 @@ class SqliteStore:
                 finished_at=float(r["finished_at"]),
             )
             for r in self._query(
-                "SELECT e.kernel, e.generation, e.fingerprint, c.provenance, c.strategy,"
+                "SELECT e.kernel, e.generation, e.fingerprint, e.candidate_id, c.provenance,"
+                " c.strategy,"
                 " e.outcome, e.time_s, e.started_at + e.wall_s AS finished_at"
                 f" FROM evaluations e {current} JOIN candidates c"
                 " ON c.id = e.candidate_id AND c.generation = e.generation ORDER BY e.seq"
