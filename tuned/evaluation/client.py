@@ -90,6 +90,7 @@ def worker_environment(
     code_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (code_root, env.get("PYTHONPATH")) if p)
     env["TRITON_CACHE_DIR"] = str(cache_dir)
+    env["TRITON_HOME"] = str(cache_dir.parent)  # Triton's other files (dumps, overrides)
     # Temporary files (Triton's compiler writes some) stay inside the worker's directory.
     tmp = cache_dir.parent / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,10 @@ While candidate code runs, :class:`Guard` is installed:
   in a reused allocator block.
 - **forbidden effects**: starting processes, signalling processes, opening sockets, side
   CUDA streams, reading the clock from candidate code, and opening files for writing outside
-  the worker's directories are refused (``PermissionError``) and recorded.
+  the worker's directories are refused (``PermissionError``) and recorded. Processes and file
+  writes asked for by Triton, PyTorch or NumPy themselves (Triton runs ``ptxas`` and writes its
+  cache while compiling a kernel the candidate launches) are let through: what decides is the
+  nearest caller outside the standard library.
 
 These are Python-level fences against the known ways benchmark kernels cheat; the static gate
 (for LLM-written modules) and the worker's process isolation are the other layers.
@@ -69,6 +72,26 @@ def _caller_module(depth: int = 2) -> str:
     return str(frame.f_globals.get("__name__", ""))
 
 
+# Libraries whose own effects are not the candidate's: Triton runs ptxas in a subprocess and
+# writes its cache while compiling a kernel the candidate launches.
+_TRUSTED_LIBRARIES = frozenset({"triton", "torch", "numpy"})
+
+
+def _library_is_acting() -> bool:
+    """Whether the nearest caller outside the standard library (and this module) is a
+    trusted library rather than candidate code or the worker."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        module = str(frame.f_globals.get("__name__", ""))
+        top = module.split(".")[0]
+        if top in _TRUSTED_LIBRARIES:
+            return True
+        if module != __name__ and top not in sys.stdlib_module_names:
+            return False
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
 class Guard:
     """Context manager; ``violations`` and ``launches`` are read after it exits."""
 
@@ -93,8 +116,13 @@ class Guard:
             self._undo.append((owner, name, getattr(owner, name), replacement))
             setattr(owner, name, replacement)
 
-    def _refuse(self, what: str) -> Callable[..., Any]:
+    def _refuse(self, what: str, original: Any = None) -> Callable[..., Any]:
+        """A stand-in that refuses when candidate code asks, and (given ``original``) lets a
+        trusted library through (Triton starting ptxas, say)."""
+
         def refused(*args: Any, **kwargs: Any) -> Any:
+            if original is not None and _library_is_acting():
+                return original(*args, **kwargs)
             self.violations.append(what)
             raise PermissionError(f"ktuned worker: {what} is not allowed in candidate code")
 
@@ -110,8 +138,10 @@ class Guard:
         if self.poison is not None:
             self._patch_allocations()
         for name in _PROCESS_FUNCS:
-            self._patch(os, name, self._refuse(f"starting a process (os.{name})"))
-        self._patch(subprocess.Popen, "__init__", self._refuse("starting a process (subprocess)"))
+            what = f"starting a process (os.{name})"
+            self._patch(os, name, self._refuse(what, getattr(os, name, None)))
+        what = "starting a process (subprocess)"
+        self._patch(subprocess.Popen, "__init__", self._refuse(what, subprocess.Popen.__init__))
         for name in _SIGNAL_FUNCS:
             self._patch(os, name, self._refuse(f"signalling a process (os.{name})"))
         self._patch(socket.socket, "__init__", self._refuse("opening a socket"))
@@ -219,14 +249,19 @@ class Guard:
 
         def guarded_open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
             writes = any(c in mode for c in "wax+")
-            if isinstance(file, (str, bytes, os.PathLike)) and writes and not allowed(file):
-                self.violations.append(f"writing a file outside the worker ({file!r})")
+            if (
+                isinstance(file, (str, bytes, os.PathLike))
+                and writes
+                and not allowed(file)
+                and not _library_is_acting()
+            ):
+                self.violations.append(f"writing a file outside the worker ({os.fsdecode(file)})")
                 raise PermissionError(f"ktuned worker: may not write {file!r}")
             return original_open(file, mode, *args, **kwargs)
 
         def guarded_os_open(path: Any, flags: int, *args: Any, **kwargs: Any) -> Any:
-            if flags & _WRITE_FLAGS and not allowed(path):
-                self.violations.append(f"writing a file outside the worker ({path!r})")
+            if flags & _WRITE_FLAGS and not allowed(path) and not _library_is_acting():
+                self.violations.append(f"writing a file outside the worker ({os.fsdecode(path)})")
                 raise PermissionError(f"ktuned worker: may not write {path!r}")
             return original_os_open(path, flags, *args, **kwargs)
 
