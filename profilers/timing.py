@@ -29,7 +29,7 @@ class TimingSettings:
     min_reps: int = 10
     max_reps: int = 1000
     flush_bytes: int = 256 * 1024 * 1024  # larger than any current GPU's L2
-    interpreter_reps: int = 5
+    interpreter_reps: int = 3
 
 
 def gpu_median_seconds(

@@ -22,7 +22,7 @@ from tuned.registry.spec import Shape
 
 __all__ = ["DERIVED_MAX_SIZE", "derive_shapes"]
 
-DERIVED_MAX_SIZE = 1 << 16
+DERIVED_MAX_SIZE = 1 << 14
 
 
 def _next_pow2(d: int) -> int:

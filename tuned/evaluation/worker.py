@@ -48,6 +48,10 @@ from tuned.evaluation.checks import (
 from tuned.evaluation.guard import Guard, TimerSnapshot
 
 
+# In the interpreter, timing only ranks candidates on this CPU: keep it cheap.
+INTERPRETER_TIMING_SIZE = 1 << 16
+
+
 @dataclass(frozen=True)
 class Case:
     dims: Mapping[str, int]
@@ -234,13 +238,16 @@ class Evaluation:
         return cases, skipped
 
     def timed_cases(self, cases: Sequence[Case]) -> list[Case]:
-        first_seed = [c for c in cases if c.seed == cases[0].seed]
-        perf = [c for c in first_seed if c.perf]
-        if perf or self.device == "cuda":
-            return perf
-        # Interpreter: no perf shape fits under the size cap; time the largest that does.
-        largest = max(math.prod(c.dims.values()) for c in first_seed)
-        return [c for c in first_seed if math.prod(c.dims.values()) == largest]
+        """GPU: the perf shapes x dtypes. Interpreter (timings that only rank candidates on
+        this CPU): the largest declared shape of at most ``INTERPRETER_TIMING_SIZE`` elements,
+        else the smallest, x dtypes."""
+        first_seed = [c for c in cases if c.seed == cases[0].seed and not c.derived]
+        if self.device == "cuda":
+            return [c for c in first_seed if c.perf]
+        sizes = sorted({math.prod(c.dims.values()) for c in first_seed})
+        fitting = [n for n in sizes if n <= INTERPRETER_TIMING_SIZE]
+        chosen = fitting[-1] if fitting else sizes[0]
+        return [c for c in first_seed if math.prod(c.dims.values()) == chosen]
 
     # -- guarded execution of candidate code
 
