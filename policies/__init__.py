@@ -1,21 +1,58 @@
-"""Search policies: which configuration to evaluate next. A library: never imports ``tuned``."""
+"""Search policies: which configuration to evaluate next. A library: never imports ``tuned``.
+
+``POLICIES`` maps each name to its class; :data:`DEFAULT_POLICY` is the one the daemon
+uses unless configured otherwise.
+
+===========================  ==============================================================
+name                         policy
+===========================  ==============================================================
+``hierarchical``             KernelBand: (runtime cluster x strategy) masked UCB, then a
+                             parent inside the cluster, then a parametric move (default)
+``hierarchical_nocluster``   the same with a single cluster (ablation)
+``ucb``                      flat masked UCB over strategies, moves from the incumbent
+``thompson``                 flat Thompson sampling over strategies
+``discounted_ucb``           flat discounted UCB over strategies (non-stationary rewards)
+``random``                   uniform random search without replacement (the floor)
+``simulated_annealing``      Kernel Tuner-style simulated annealing (baseline)
+``greedy_ls``                Kernel Tuner-style greedy multi-start local search (baseline)
+===========================  ==============================================================
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from policies.annealing import SimulatedAnnealingPolicy
 from policies.base import Config, KnobValue, Policy, SearchSpace, Suggestion, Trial, config_key
+from policies.flat import (
+    DiscountedUCBPolicy,
+    ThompsonPolicy,
+    UCBPolicy,
+    UnclusteredHierarchicalPolicy,
+)
+from policies.hierarchical import HierarchicalPolicy, HierarchicalSettings, HierarchicalState
+from policies.local_search import GreedyLocalSearchPolicy
 from policies.random_search import RandomPolicy
 
 __all__ = [
+    "DEFAULT_POLICY",
     "POLICIES",
     "Config",
+    "DiscountedUCBPolicy",
+    "GreedyLocalSearchPolicy",
+    "HierarchicalPolicy",
+    "HierarchicalSettings",
+    "HierarchicalState",
     "KnobValue",
     "Policy",
     "RandomPolicy",
     "SearchSpace",
+    "SimulatedAnnealingPolicy",
     "Suggestion",
+    "ThompsonPolicy",
     "Trial",
+    "UCBPolicy",
+    "UnclusteredHierarchicalPolicy",
     "config_key",
     "make_policy",
     "restore_policy",
@@ -23,8 +60,21 @@ __all__ = [
 
 #: Name -> class. Every policy has ``from_dict(state)`` as a classmethod.
 POLICIES: dict[str, Any] = {
-    RandomPolicy.name: RandomPolicy,
+    cls.name: cls
+    for cls in (
+        HierarchicalPolicy,
+        UnclusteredHierarchicalPolicy,
+        UCBPolicy,
+        ThompsonPolicy,
+        DiscountedUCBPolicy,
+        RandomPolicy,
+        SimulatedAnnealingPolicy,
+        GreedyLocalSearchPolicy,
+    )
 }
+
+#: The policy the daemon uses unless configured otherwise.
+DEFAULT_POLICY = HierarchicalPolicy.name
 
 
 def _lookup(name: str) -> Any:

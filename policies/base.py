@@ -18,7 +18,7 @@ This library never imports ``tuned``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -37,9 +37,16 @@ def config_key(config: Config) -> tuple[tuple[str, KnobValue], ...]:
 
 @dataclass(frozen=True)
 class SearchSpace:
-    """The knob space: each knob's allowed values, in declaration order."""
+    """The knob space: each knob's allowed values, in declaration order.
+
+    ``is_valid`` (optional) restricts the space to the configurations it accepts, like Kernel
+    Tuner's restrictions: policies propose only configurations for which it returns ``True``.
+    ``None`` means every combination of the knob values is part of the space. It must be a
+    pure function of the configuration (policies cache its answers).
+    """
 
     knobs: Mapping[str, tuple[KnobValue, ...]]
+    is_valid: Callable[[Config], bool] | None = field(default=None, compare=False, repr=False)
 
     def size(self) -> int:
         n = 1
@@ -51,6 +58,10 @@ class SearchSpace:
         return set(config) == set(self.knobs) and all(
             config[k] in values for k, values in self.knobs.items()
         )
+
+    def admits(self, config: Config) -> bool:
+        """``contains(config)`` and, when a restriction is set, ``is_valid(config)``."""
+        return self.contains(config) and (self.is_valid is None or self.is_valid(config))
 
     def config_at(self, index: int) -> dict[str, KnobValue]:
         """The configuration at a mixed-radix ``index`` in ``[0, size())``."""
@@ -79,15 +90,26 @@ class Trial:
     parent_id: str | None = None
     metrics: Mapping[str, float] = field(default_factory=dict)
 
+    @property
+    def ok(self) -> bool:
+        """Whether the trial produced a usable time (``outcome == "ok"`` with a time)."""
+        return self.outcome == "ok" and self.time_s is not None
+
 
 @dataclass(frozen=True)
 class Suggestion:
-    """What to evaluate next: knob values, and for bandits the arm and parent they came from."""
+    """What to evaluate next: knob values, and for bandits the arm and parent they came from.
+
+    ``parent_time_s`` is the parent's time when the suggestion was made, so that the reward of
+    the child (its relative latency reduction versus the parent) can be computed from the
+    suggestion and the trial alone, also after a restart.
+    """
 
     knobs: Config
     strategy: str = "config"
     parent_id: str | None = None
     arm: str | None = None
+    parent_time_s: float | None = None
 
 
 class Policy(Protocol):

@@ -3,28 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 
-from policies.base import SearchSpace, Suggestion, Trial, config_key
+from policies.base import SearchSpace, Suggestion, Trial
+from policies.history import TrialLog
 
 __all__ = ["RandomPolicy"]
-
-# Above this many configurations, rejection sampling replaces enumeration.
-_ENUMERATE_LIMIT = 200_000
 
 
 @dataclass
 class RandomPolicy:
-    """Draws each configuration uniformly from those not yet evaluated or pending.
+    """Draws each configuration uniformly from the valid ones not yet evaluated or pending.
 
     Stateless apart from the history it is given, so ``to_dict`` is empty and a restarted
-    run continues correctly from the store's trials alone.
+    run continues correctly from the store's trials alone. (The digest of the history it
+    keeps in memory is only a cache.)
     """
 
     name: ClassVar[str] = "random"
+    _log: TrialLog | None = field(default=None, init=False, repr=False, compare=False)
 
     def suggest(
         self,
@@ -34,19 +34,11 @@ class RandomPolicy:
         *,
         pending: Sequence[Suggestion] = (),
     ) -> Suggestion | None:
-        seen = {config_key(t.knobs) for t in trials}
-        seen.update(config_key(s.knobs) for s in pending)
-        size = space.size()
-        if size <= _ENUMERATE_LIMIT:
-            free = [i for i in range(size) if config_key(space.config_at(i)) not in seen]
-            if not free:
-                return None
-            return Suggestion(knobs=space.config_at(int(free[rng.integers(len(free))])))
-        for _ in range(10_000):
-            config = space.config_at(int(rng.integers(size)))
-            if config_key(config) not in seen:
-                return Suggestion(knobs=config)
-        return None
+        self._log = TrialLog.for_space(self._log, space)
+        self._log.sync(trials)
+        taken = self._log.pending_codes(pending)
+        code = self._log.index.random_free(rng, self._log.seen | taken if taken else self._log.seen)
+        return None if code is None else Suggestion(knobs=self._log.index.decode(code))
 
     def observe(self, suggestion: Suggestion, trial: Trial) -> None:
         """Random search learns nothing."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from policies import Policy, SearchSpace, Trial, make_policy, restore_policy
+from policies import DEFAULT_POLICY, Policy, SearchSpace, Trial, make_policy, restore_policy
 from tuned.acceptance import AcceptanceSettings, Interval, decide, speedup_interval
 from tuned.evaluation.client import WorkerClient
 from tuned.outcomes import Candidate, EvalResult, Outcome, Provenance
@@ -33,7 +33,7 @@ class TuneSettings:
     daemon), until the knob space is exhausted."""
 
     budget: int | None
-    policy: str = "random"
+    policy: str = DEFAULT_POLICY
     seed: int = 0
 
 

@@ -60,10 +60,23 @@ def test_records_and_reads_back_after_reopen(tmp_path: Path, spec: KernelSpec) -
     assert [t.candidate_id for t in trials] == [base.id, fast.id, broken.id]
     assert trials[2].result.outcome is Outcome.COMPILE_ERROR
     assert trials[2].result.reason == "arange"
+    # Faster is not better until accepted: the incumbent is still the baseline.
+    best = store.best(spec.name)
+    assert best is not None and best.candidate_id == base.id and best.speedup == 1.0
+    interval = {"speedup": 4.0, "low": 3.8, "high": 4.2}
+    store.record_acceptance(
+        fast, fid, incumbent_id=base.id, status="held", first=interval, second=None
+    )
+    assert store.best(spec.name).candidate_id == base.id  # type: ignore[union-attr]
+    store.record_acceptance(
+        fast, fid, incumbent_id=base.id, status="accepted", first=interval, second=interval
+    )
     best = store.best(spec.name)
     assert best is not None
     assert best.candidate_id == fast.id and best.knobs == {"BLOCK": 1024, "num_warps": 4}
     assert best.speedup == pytest.approx(4.0)
+    assert [a["status"] for a in store.acceptances(spec.name)] == ["held", "accepted"]
+    assert store.candidate(fast.id, spec.generation) == fast
     assert store.source(best.source_hash) == spec.module_source
     assert store.fingerprint(fid) == FP
 

@@ -1,0 +1,370 @@
+"""KernelBand's hierarchical bandit: (runtime cluster x strategy) arms, then a parent.
+
+One decision (``suggest``):
+
+1. The first ``initial_random`` evaluations (the baseline included) are uniform random, so
+   there is something to cluster and climb from.
+2. The successful candidates are clustered by runtime behaviour (:mod:`clustering`); the
+   level-1 arms are the pairs ``(cluster, strategy)`` whose strategy can move a knob.
+3. Arms are closed by three masks, at least one arm always staying open:
+   *saturation* (KernelBand: the strategy's target resource is saturated on the cluster's
+   representative, see :mod:`policies.masks`), *exhaustion* (no parent in the cluster has
+   a free neighbour for the strategy's knobs) and *reach*: a cluster is skipped while even
+   the best improvement seen in the last ``reach_window`` pulls could not make its parent
+   beat the incumbent, ``t_parent * (1 - r_max) >= t_best`` (a Lipschitz-style bound in the
+   spirit of KernelBand's profiling bounds; when it closes every arm, the arm with the
+   fastest parent stays open).
+4. The selector (masked UCB by default) picks an open arm: ``mu + c * sqrt(ln t / n)``.
+5. Level 2 picks the parent inside the cluster: the fastest candidate with a free neighbour
+   for the strategy's knobs; when profiles exist, among the few fastest ones it prefers
+   headroom on the strategy's target resource, ``-ln(t / t_fastest) + w * (1 - SOL)``.
+6. The parametric proposer (:mod:`policies.moves`) moves the parent's knobs of the
+   strategy's groups.
+
+``observe`` credits the arm with KernelBand's reward, the child's relative latency
+reduction versus its parent clipped at 0 (failures: 0). State (arm statistics, clustering,
+recent rewards, prior) is a JSON-safe dataclass; everything else is rebuilt from ``trials``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from clustering import ClusteringSettings, ClusterModel, RuntimeClusterer, feature_row
+from policies.arms import ArmSelector, ArmStats, BanditState, clipped_reward
+from policies.base import SearchSpace, Suggestion, Trial
+from policies.discounted import DiscountedUCBSelector, DiscountedUCBSettings
+from policies.history import TrialLog
+from policies.masks import METRIC_OF, MaskSettings, open_arms
+from policies.moves import MoveSettings, NeighbourProposer
+from policies.parents import ParentQueues, headroom_choice
+from policies.strategies import STRATEGIES, Strategy, knob_groups, strategy_knobs
+from policies.thompson import ThompsonSelector, ThompsonSettings
+from policies.ucb import UCBSelector, UCBSettings
+
+__all__ = ["HierarchicalPolicy", "HierarchicalSettings", "HierarchicalState", "make_selector"]
+
+_SELECTORS = ("ucb", "thompson", "discounted_ucb")
+
+
+@dataclass(frozen=True)
+class HierarchicalSettings:
+    """Everything the hierarchical policy can be told; the defaults are the product's."""
+
+    selector: str = "ucb"
+    ucb: UCBSettings = field(default_factory=UCBSettings)
+    thompson: ThompsonSettings = field(default_factory=ThompsonSettings)
+    discounted: DiscountedUCBSettings = field(default_factory=DiscountedUCBSettings)
+    #: ``None``: no clustering, every candidate in cluster 0 (the ablation).
+    clustering: ClusteringSettings | None = field(default_factory=ClusteringSettings)
+    masks: MaskSettings = field(default_factory=MaskSettings)
+    moves: MoveSettings = field(default_factory=MoveSettings)
+    strategies: tuple[str, ...] = tuple(s.name for s in STRATEGIES)
+    #: Knob -> group, overriding inference (see :mod:`policies.strategies`).
+    knob_groups: tuple[tuple[str, str], ...] = ()
+    initial_random: int = 10
+    reach_window: int = 20
+    #: Level 2 with a profile: how much full headroom is worth, in log-latency.
+    headroom_weight: float = 0.1
+    headroom_candidates: int = 4
+    #: ``"cluster"``: level 2 as above. ``"incumbent"``: the parent is always the fastest
+    #: candidate overall (a flat bandit over strategies, without the hierarchy).
+    parent: str = "cluster"
+
+    def __post_init__(self) -> None:
+        if self.selector not in _SELECTORS:
+            raise ValueError(f"unknown selector {self.selector!r}; valid: {_SELECTORS}")
+        if self.parent not in ("cluster", "incumbent"):
+            raise ValueError(f"parent must be 'cluster' or 'incumbent', got {self.parent!r}")
+        if self.initial_random < 1:
+            raise ValueError("initial_random must be >= 1 (the baseline)")
+        if self.reach_window < 0 or self.headroom_candidates < 1:
+            raise ValueError("reach_window must be >= 0 and headroom_candidates >= 1")
+        known = {s.name for s in STRATEGIES}
+        unknown = [s for s in self.strategies if s not in known]
+        if unknown or not self.strategies:
+            raise ValueError(f"unknown or no strategies {unknown}; valid: {sorted(known)}")
+
+
+def make_selector(settings: HierarchicalSettings) -> ArmSelector:
+    """The level-1 selector named by ``settings.selector``."""
+    if settings.selector == "thompson":
+        return ThompsonSelector(settings=settings.thompson)
+    if settings.selector == "discounted_ucb":
+        return DiscountedUCBSelector(settings=settings.discounted)
+    return UCBSelector(settings=settings.ucb)
+
+
+@dataclass
+class HierarchicalState:
+    """What a restarted daemon needs to continue: persisted after every update."""
+
+    bandit: BanditState = field(default_factory=BanditState)
+    clusters: ClusterModel | None = None
+    recent_rewards: list[float] = field(default_factory=list)
+    #: Strategy -> (pseudo pulls, pseudo reward sum) every new arm of it starts from.
+    prior: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "bandit": self.bandit.to_dict(),
+            "clusters": None if self.clusters is None else self.clusters.to_dict(),
+            "recent_rewards": list(self.recent_rewards),
+            "prior": {s: [n, r] for s, (n, r) in sorted(self.prior.items())},
+        }
+
+    @classmethod
+    def from_dict(cls, state: Mapping[str, Any]) -> HierarchicalState:
+        clusters = state.get("clusters")
+        return cls(
+            bandit=BanditState.from_dict(state.get("bandit", {})),
+            clusters=None if clusters is None else ClusterModel.from_dict(clusters),
+            recent_rewards=[float(r) for r in state.get("recent_rewards", [])],
+            prior={s: (float(v[0]), float(v[1])) for s, v in state.get("prior", {}).items()},
+        )
+
+
+@dataclass(frozen=True)
+class _Arm:
+    cluster: int
+    strategy: Strategy
+    knobs: tuple[int, ...]
+    parent: int  # position in log.ok
+
+    @property
+    def name(self) -> str:
+        return f"{self.cluster}/{self.strategy.name}"
+
+
+class HierarchicalPolicy:
+    """The default search policy of ktuned (see the module docstring for one decision)."""
+
+    name: ClassVar[str] = "hierarchical"
+    default_settings: ClassVar[HierarchicalSettings] = HierarchicalSettings()
+
+    def __init__(
+        self,
+        *,
+        settings: HierarchicalSettings | None = None,
+        state: HierarchicalState | None = None,
+        prior: Mapping[str, tuple[float, float]] | None = None,
+    ) -> None:
+        self.settings = settings or self.default_settings
+        self.state = state or HierarchicalState()
+        if prior:
+            self.state.prior = {s: (float(n), float(r)) for s, (n, r) in prior.items()}
+        self._selector = make_selector(self.settings)
+        self._proposer = NeighbourProposer(settings=self.settings.moves)
+        self._clusterer = (
+            None
+            if self.settings.clustering is None
+            else RuntimeClusterer(settings=self.settings.clustering, model=self.state.clusters)
+        )
+        self._log: TrialLog | None = None
+        self._queues: ParentQueues | None = None
+        self._strategy_knobs: list[tuple[Strategy, tuple[int, ...]]] = []
+        self._profiled: set[str] = set()
+
+    # -- Policy protocol --------------------------------------------------------------------
+
+    def suggest(
+        self,
+        space: SearchSpace,
+        trials: Sequence[Trial],
+        rng: np.random.Generator,
+        *,
+        pending: Sequence[Suggestion] = (),
+    ) -> Suggestion | None:
+        log, queues = self._sync(space, trials)
+        taken = log.pending_codes(pending)
+        if log.n_trials < self.settings.initial_random or not log.ok:
+            move = self._proposer.random(log, rng, taken)
+            return None if move is None else Suggestion(knobs=log.index.decode(move.code))
+        self._refresh_clusters(log, queues, rng)
+        arm = self._choose_arm(log, queues, rng, taken)
+        if arm is not None:
+            parent = log.ok[arm.parent]
+            assert parent.code is not None
+            move = self._proposer.local(log, parent.code, arm.knobs, rng, taken)
+            if move is not None:
+                return Suggestion(
+                    knobs=log.index.decode(move.code),
+                    strategy=arm.strategy.name,
+                    parent_id=parent.candidate_id,
+                    arm=arm.name,
+                    parent_time_s=parent.time_s,
+                )
+        # Every arm is exhausted (or only pending moves are left): widen, then random.
+        best = log.best
+        move = self._proposer.propose(
+            log, None if best is None else best.code, self._all_knobs(log), rng, taken
+        )
+        if move is None:
+            return None
+        from_best = best is not None and move.kind != "random"
+        return Suggestion(
+            knobs=log.index.decode(move.code),
+            parent_id=best.candidate_id if from_best and best else None,
+            parent_time_s=best.time_s if from_best and best else None,
+        )
+
+    def observe(self, suggestion: Suggestion, trial: Trial) -> None:
+        if suggestion.arm is None:
+            return
+        reward = clipped_reward(suggestion.parent_time_s, trial.time_s if trial.ok else None)
+        self._seed_arm(suggestion.arm, suggestion.strategy)
+        self._selector.update(self.state.bandit, suggestion.arm, reward)
+        window = self.settings.reach_window
+        if window:
+            self.state.recent_rewards = [*self.state.recent_rewards, reward][-window:]
+
+    def to_dict(self) -> dict[str, Any]:
+        if self._clusterer is not None:
+            self.state.clusters = self._clusterer.model
+        return self.state.to_dict()
+
+    @classmethod
+    def from_dict(
+        cls, state: dict[str, Any], *, settings: HierarchicalSettings | None = None
+    ) -> HierarchicalPolicy:
+        return cls(settings=settings, state=HierarchicalState.from_dict(state))
+
+    # -- introspection for the daemon -------------------------------------------------------
+
+    def representatives(self) -> dict[int, str]:
+        """Cluster id -> candidate id of its representative (its fastest member).
+
+        These are the candidates whose profile decides the cluster's masks: the ones worth
+        an Nsight Compute run.
+        """
+        if self._log is None or self._queues is None:
+            return {}
+        out: dict[int, str] = {}
+        clusters = len(self._queues.clusters())
+        for _, i in self._log.ranked:
+            out.setdefault(self._queues.labels[i], self._log.ok[i].candidate_id)
+            if len(out) == clusters:
+                break
+        return out
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _sync(self, space: SearchSpace, trials: Sequence[Trial]) -> tuple[TrialLog, ParentQueues]:
+        log = TrialLog.for_space(self._log, space)
+        if log is not self._log:
+            self._log = log
+            groups = knob_groups(space, dict(self.settings.knob_groups))
+            self._strategy_knobs = []
+            for strategy in STRATEGIES:
+                if strategy.name in self.settings.strategies:
+                    knobs = log.index.movable(strategy_knobs(strategy, groups))
+                    if knobs:
+                        self._strategy_knobs.append((strategy, knobs))
+        log.sync(trials)
+        queues = self._queues
+        if queues is None or queues.log is not log or queues.epoch != log.epoch:
+            queues = self._queues = self._new_queues(log)
+        new = log.ok[len(queues.labels) :]
+        if new:
+            model = None if self._clusterer is None else self._clusterer.model
+            labels = (
+                [0] * len(new)
+                if model is None
+                else [
+                    int(c)
+                    for c in model.assign([feature_row(e.time_s or 1.0, e.metrics) for e in new])
+                ]
+            )
+            for entry, label in zip(new, labels):
+                queues.add(label)
+                self._profiled.update(m for m in METRIC_OF.values() if m in entry.metrics)
+        return log, queues
+
+    def _new_queues(self, log: TrialLog) -> ParentQueues:
+        self._profiled = set()
+        return ParentQueues(log, self._proposer, [k for _, k in self._strategy_knobs])
+
+    def _refresh_clusters(
+        self, log: TrialLog, queues: ParentQueues, rng: np.random.Generator
+    ) -> None:
+        if self._clusterer is None or not self._clusterer.due(len(log.ok), log.n_trials):
+            return
+        rows = [feature_row(e.time_s or 1.0, e.metrics) for e in log.ok]
+        queues.reset([int(c) for c in self._clusterer.fit(rows, log.n_trials, rng)])
+        self.state.clusters = self._clusterer.model
+
+    def _all_knobs(self, log: TrialLog) -> tuple[int, ...]:
+        return tuple(j for j, card in enumerate(log.index.cards) if card > 1)
+
+    def _seed_arm(self, arm: str, strategy: str) -> None:
+        """Give a new arm its strategy's prior pseudo-counts (once)."""
+        bandit = self.state.bandit
+        if arm in bandit.arms or strategy not in self.state.prior:
+            return
+        pulls, reward_sum = self.state.prior[strategy]
+        bandit.arms[arm] = ArmStats(pulls, reward_sum)
+        bandit.total_pulls += pulls
+
+    def _choose_arm(
+        self, log: TrialLog, queues: ParentQueues, rng: np.random.Generator, taken: set[int]
+    ) -> _Arm | None:
+        candidates = self._candidate_arms(log, queues)
+        representative: dict[int, Mapping[str, float]] = {}
+        if self._profiled:
+            clusters = len(queues.clusters())
+            for _, i in log.ranked:
+                representative.setdefault(queues.labels[i], log.ok[i].metrics)
+                if len(representative) == clusters:
+                    break
+        pairs = [(a.cluster, a.strategy) for a in candidates]
+        kept = {(c, s.name) for c, s in open_arms(pairs, representative, self.settings.masks)}
+        arms = self._reachable(log, [a for a in candidates if (a.cluster, a.strategy.name) in kept])
+        while arms:
+            for arm in arms:
+                self._seed_arm(arm.name, arm.strategy.name)
+            chosen = self._selector.select(self.state.bandit, [a.name for a in arms], rng)
+            arm = next(a for a in arms if a.name == chosen)
+            parent = log.ok[arm.parent].code
+            assert parent is not None
+            if any(log.is_free(c, taken) for c in log.index.adjacent(parent, arm.knobs)):
+                return arm
+            arms = [a for a in arms if a is not arm]  # only pending moves left there
+        return None
+
+    def _candidate_arms(self, log: TrialLog, queues: ParentQueues) -> list[_Arm]:
+        """Every (cluster, strategy) with a parent that still has a free neighbour."""
+        incumbent = log.ranked[0][1]
+        k = self.settings.headroom_candidates if self._profiled else 1
+        out = []
+        for cluster in queues.clusters():
+            for strategy, knobs in self._strategy_knobs:
+                found = queues.top(cluster, knobs, k)
+                if not found:
+                    continue
+                if self.settings.parent == "incumbent" and found[0] != incumbent:
+                    continue  # flat policy: moves from the incumbent only
+                metric = METRIC_OF.get(strategy.target)
+                parent = headroom_choice(log, found, metric, self.settings.headroom_weight)
+                out.append(_Arm(cluster, strategy, knobs, parent))
+        return out
+
+    def _reachable(self, log: TrialLog, arms: list[_Arm]) -> list[_Arm]:
+        """The reach mask: arms whose parent one good step could take past the incumbent."""
+        if not arms or not self.settings.reach_window or not self.state.recent_rewards:
+            return arms
+        best = log.ok[log.ranked[0][1]].time_s or 0.0
+        r_max = max(self.state.recent_rewards)
+
+        def time_of(arm: _Arm) -> float:
+            return log.ok[arm.parent].time_s or math.inf
+
+        kept = [a for a in arms if time_of(a) <= best or time_of(a) * (1.0 - r_max) < best]
+        if kept:
+            return kept
+        fastest = min(time_of(a) for a in arms)
+        return [a for a in arms if time_of(a) == fastest]

@@ -1,0 +1,180 @@
+"""The parametric proposer: a knob move from a parent configuration, within a knob group.
+
+Moves, in order of preference (``knobs`` are the positions the strategy may change):
+
+1. *neighbour*: one knob stepped to the next or previous value of its ordered value list.
+   Occasionally a rarer kind is tried first: with probability ``scale_prob`` a *scale* move
+   (a numeric knob doubled or halved, when that value is in its list: sizes act on a log
+   scale on GPUs, so 32 -> 64 is as natural a step as 32 -> 48), with ``two_knob_prob`` two
+   knobs stepped at once, and with ``jump_prob`` a *jump* of one knob to any other value.
+2. *widened*: when no neighbour within ``knobs`` is free, a one-knob step of any knob.
+3. *random*: when the parent's whole neighbourhood is taken, a uniformly random free
+   configuration of the space.
+
+Only free configurations are proposed: valid (the space's restriction), not evaluated, not
+pending. ``None`` is returned only when the whole space is exhausted.
+
+Among the free options of a kind, the proposer takes the one its evaluated one-step
+neighbours vouch for best, a local (graph) regression of the latency::
+
+    score(y) = mean_{z ~ y, z ok} ln t_z  +  failure_penalty * #{z ~ y : z failed}
+
+(``z ~ y``: one step apart; ties, e.g. no evidence, are broken at random). Failures so
+teach where the space is invalid: options next to failed configurations are pushed back,
+and invalid regions (too many threads, too much shared memory) are contiguous in knob space.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from policies.history import TrialLog
+from policies.space_index import SpaceIndex
+
+__all__ = ["Move", "MoveSettings", "NeighbourProposer"]
+
+
+@dataclass(frozen=True)
+class MoveSettings:
+    """Probabilities of the rarer move kinds, and how hard failures repel (log-latency)."""
+
+    scale_prob: float = 0.1
+    two_knob_prob: float = 0.05
+    jump_prob: float = 0.02
+    failure_penalty: float = 0.05
+
+    def __post_init__(self) -> None:
+        if self.scale_prob + self.two_knob_prob + self.jump_prob > 1:
+            raise ValueError("scale_prob + two_knob_prob + jump_prob must be <= 1")
+        for name in ("scale_prob", "two_knob_prob", "jump_prob"):
+            value = getattr(self, name)
+            if not 0 <= value <= 1:
+                raise ValueError(f"{name} must be in [0, 1], got {value}")
+        if self.failure_penalty < 0:
+            raise ValueError(f"failure_penalty must be >= 0, got {self.failure_penalty}")
+
+
+@dataclass(frozen=True)
+class Move:
+    """A proposed configuration (its code) and how it was found."""
+
+    code: int
+    kind: str
+
+
+class NeighbourProposer:
+    """Proposes moves on a :class:`~policies.history.TrialLog`'s space; stateless."""
+
+    def __init__(self, *, settings: MoveSettings | None = None) -> None:
+        self.settings = settings or MoveSettings()
+
+    # -- the full chain ---------------------------------------------------------------------
+
+    def propose(
+        self,
+        log: TrialLog,
+        parent: int | None,
+        knobs: Sequence[int],
+        rng: np.random.Generator,
+        pending: set[int],
+    ) -> Move | None:
+        """A move from ``parent`` within ``knobs``, widened then random when exhausted."""
+        index = log.index
+        if parent is not None:
+            move = self.local(log, parent, knobs, rng, pending)
+            if move is not None:
+                return move
+            everything = index.movable_positions
+            if tuple(knobs) != everything:
+                move = self.local(log, parent, everything, rng, pending)
+                if move is not None:
+                    return Move(move.code, "widened")
+        return self.random(log, rng, pending)
+
+    def random(self, log: TrialLog, rng: np.random.Generator, pending: set[int]) -> Move | None:
+        """A uniformly random free configuration; ``None`` when the space is exhausted."""
+        taken: set[int] = log.seen | pending if pending else log.seen
+        code = log.index.random_free(rng, taken)
+        return None if code is None else Move(code, "random")
+
+    # -- moves from one parent --------------------------------------------------------------
+
+    def local(
+        self,
+        log: TrialLog,
+        parent: int,
+        knobs: Sequence[int],
+        rng: np.random.Generator,
+        pending: set[int],
+    ) -> Move | None:
+        """A neighbour (or scale / two-knob / jump) move within ``knobs``; ``None`` if none."""
+        index = log.index
+        if not knobs:
+            return None
+        s = self.settings
+        roll = rng.random()
+        rare: tuple[str, list[int]] | None = None
+        if roll < s.scale_prob:
+            rare = ("scale", index.scaled(parent, knobs))
+        elif roll < s.scale_prob + s.two_knob_prob and len(knobs) > 1:
+            rare = ("two_knob", self._two_knob(index, parent, knobs, rng))
+        elif roll < s.scale_prob + s.two_knob_prob + s.jump_prob:
+            rare = ("jump", index.hamming(parent, knobs))
+        if rare is not None:
+            options = [c for c in rare[1] if log.is_free(c, pending)]
+            if options:
+                return Move(self._best(log, options, rng), rare[0])
+        options = [c for c in index.adjacent(parent, knobs) if log.is_free(c, pending)]
+        if not options:
+            return None
+        return Move(self._best(log, options, rng), "neighbour")
+
+    def exhausted(self, log: TrialLog, parent: int, knobs: Sequence[int]) -> bool:
+        """No one-step neighbour within ``knobs`` is valid and unevaluated (pending aside).
+
+        Permanent: the evaluated set only grows, so an exhausted parent stays exhausted.
+        """
+        index = log.index
+        return not any(c not in log.seen and index.admits(c) for c in index.adjacent(parent, knobs))
+
+    def _two_knob(
+        self, index: SpaceIndex, parent: int, knobs: Sequence[int], rng: np.random.Generator
+    ) -> list[int]:
+        a, b = (int(k) for k in rng.choice(np.asarray(knobs), size=2, replace=False))
+        return [
+            both for first in index.adjacent(parent, (a,)) for both in index.adjacent(first, (b,))
+        ]
+
+    def score(self, log: TrialLog, code: int) -> float:
+        """Predicted log-latency of ``code`` from its evaluated one-step neighbours.
+
+        ``nan`` when none of them ran successfully (no evidence either way).
+        """
+        index = log.index
+        logs: list[float] = []
+        failed = 0
+        for n in index.adjacent(code, index.movable_positions):
+            t = log.times.get(n)
+            if t is not None:
+                logs.append(math.log(t))
+            elif n in log.failed:
+                failed += 1
+        if not logs:
+            return math.nan if not failed else self.settings.failure_penalty * failed
+        return sum(logs) / len(logs) + self.settings.failure_penalty * failed
+
+    def _best(self, log: TrialLog, options: list[int], rng: np.random.Generator) -> int:
+        """The option with the best (lowest) score; unscored ones count as average."""
+        if len(options) == 1:
+            return options[0]
+        scores = np.array([self.score(log, c) for c in options])
+        known = ~np.isnan(scores)
+        if not known.any():
+            return options[int(rng.integers(len(options)))]
+        scores[~known] = float(np.mean(scores[known]))
+        best = np.flatnonzero(scores <= scores.min() + 1e-12)
+        return options[int(best[rng.integers(len(best))])]

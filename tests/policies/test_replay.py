@@ -1,0 +1,60 @@
+"""Replays on a recorded, real tuning space (the shared benchdata), with few seeds."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from policies import DEFAULT_POLICY, POLICIES
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCHDATA = ROOT.parent / "shared" / "benchdata"
+SPACE_FILE = BENCHDATA / "convolution_A4000.json.gz"
+# Random search's expected fraction of optimum at 50 evaluations on that file (benchdata
+# README, 400 seeds).
+RANDOM_FLOOR_AT_50 = 0.778
+
+pytestmark = pytest.mark.skipif(
+    not SPACE_FILE.exists(),
+    reason=f"recorded tuning spaces not found at {BENCHDATA} (the shared benchdata checkout)",
+)
+
+
+@pytest.fixture(scope="module")
+def replay_module():  # type: ignore[no-untyped-def]
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import search_replay
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    return search_replay
+
+
+def test_default_policy_beats_the_random_floor_at_50(replay_module) -> None:  # type: ignore[no-untyped-def]
+    space = replay_module.RecordedSpace(SPACE_FILE)
+    fractions = [
+        replay_module.replay(space, DEFAULT_POLICY, seed, budgets=(25, 50))[1] for seed in range(6)
+    ]
+    assert np.mean(fractions) > RANDOM_FLOOR_AT_50
+
+
+def test_every_policy_replays_a_real_space_without_breaking_the_contract(replay_module) -> None:  # type: ignore[no-untyped-def]
+    space = replay_module.RecordedSpace(SPACE_FILE)
+    for name in POLICIES:
+        # replay() raises if a policy proposes a restricted or repeated configuration.
+        fractions = replay_module.replay(space, name, 0, budgets=(10, 40))
+        assert 0 < fractions[0] <= fractions[1] <= 1
+
+
+def test_command_line_prints_a_row_per_space_and_policy(replay_module, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / SPACE_FILE.name).symlink_to(SPACE_FILE)
+    code = replay_module.main(
+        ["--spaces", str(tmp_path), "--seeds", "1", "--policies", "random,greedy_ls", "--jobs", "1"]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "| convolution_A4000 | random |" in out
+    assert "| **mean** | greedy_ls |" in out
