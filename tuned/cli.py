@@ -36,7 +36,7 @@ def _positive_int(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from policies import POLICIES
+    from policies import DEFAULT_POLICY, POLICIES
 
     parser = argparse.ArgumentParser(prog="ktuned", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"ktuned {__version__}")
@@ -63,9 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tune.add_argument(
         "--policy",
-        default="random",
+        default=DEFAULT_POLICY,
         choices=sorted(POLICIES),
-        help="search policy (default: random)",
+        help=f"search policy (default: {DEFAULT_POLICY})",
     )
     tune.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     tune.add_argument(
@@ -101,6 +101,24 @@ def build_parser() -> argparse.ArgumentParser:
     registry_sub = registry.add_subparsers(dest="registry_command", required=True)
     check = registry_sub.add_parser("check", help="validate every entry and print each problem")
     check.add_argument("path", type=Path)
+
+    run = sub.add_parser("run", help="the daemon: tune the registry forever (systemd service)")
+    run.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="YAML configuration (deploy/ktuned.yaml documents every key; default: the "
+        "built-in defaults: the example registry, metrics on 127.0.0.1:9474)",
+    )
+    run.add_argument(
+        "--check-config",
+        action="store_true",
+        help="validate the configuration, print it and exit (0 valid, 2 invalid)",
+    )
+
+    report = sub.add_parser("report", help="PNG plots and an HTML summary of the store")
+    report.add_argument("--out", type=Path, required=True, help="directory to write into")
+    state_dir(report)
     return parser
 
 
@@ -119,6 +137,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _status(args)
         if args.command == "best":
             return _best(args)
+        if args.command == "run":
+            return _run(args)
+        if args.command == "report":
+            return _report(args)
         return _registry_check(args)
     except BadInputError as exc:
         print(f"ktuned: error: {exc}", file=sys.stderr)
@@ -285,6 +307,31 @@ def _registry_check(args: argparse.Namespace) -> int:
         print(format_problems(scan.problems))
     print(f"{len(scan.entries)} entries ok, {len(scan.invalid)} invalid")
     return EXIT_BAD_INPUT if scan.problems else EXIT_OK
+
+
+def _run(args: argparse.Namespace) -> int:
+    from tuned.daemon import Daemon, DaemonConfig, load_config
+
+    config = load_config(args.config) if args.config else DaemonConfig()
+    if args.check_config:
+        print(f"configuration {config.source} is valid:\n{config}")
+        return EXIT_OK
+    if not args.verbose:
+        logging.getLogger().setLevel(config.log_level.upper())
+    Daemon(config, config_path=args.config).run()
+    return EXIT_OK
+
+
+def _report(args: argparse.Namespace) -> int:
+    from tuned.reporting import write_report
+
+    store, state = _open_store(args)
+    try:
+        index = write_report(store, args.out)
+    finally:
+        store.close()
+    print(f"report of {state / 'ktuned.sqlite'}: {index}")
+    return EXIT_OK
 
 
 if __name__ == "__main__":

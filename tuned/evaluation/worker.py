@@ -47,7 +47,6 @@ from tuned.evaluation.checks import (
 )
 from tuned.evaluation.guard import Guard, TimerSnapshot
 
-
 # In the interpreter, timing only ranks candidates on this CPU: keep it cheap.
 INTERPRETER_TIMING_SIZE = 1 << 16
 

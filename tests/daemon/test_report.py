@@ -1,0 +1,49 @@
+"""`ktuned report --out DIR`: PNG plots and an HTML page from a real store."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import WriteEntry
+from tests.daemon.conftest import ROOT
+from tests.daemon.test_store_reads import FP, _accept, _record
+from tuned.outcomes import Outcome
+from tuned.registry import load_entry
+from tuned.store.sqlite import SqliteStore
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_writes_plots_and_a_summary(tmp_path: Path, write_entry: WriteEntry) -> None:
+    state = tmp_path / "state"
+    store = SqliteStore(state / "ktuned.sqlite")
+    for name, best in (("add", 0.5), ("mul", 0.25)):
+        spec = load_entry(write_entry(name))
+        store.sync_kernel(spec)
+        fid = store.record_fingerprint(FP)
+        _record(store, spec, fid, 256, 1.0, original=True, at=1000)
+        _accept(store, _record(store, spec, fid, 64, best, at=2000), fid)
+        _record(store, spec, fid, 128, None, outcome=Outcome.INCORRECT, at=3000)
+    store.record_invalid(str(tmp_path / "registry" / "bad"), "kernel.yaml: field 'dtypes': bad")
+    store.close()
+    out = tmp_path / "report"
+    run = subprocess.run(
+        [sys.executable, "-m", "tuned.cli", "report", "--out", str(out), "--state-dir", str(state)],
+        env={**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "TkAgg", "DISPLAY": ""},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    for png in ("speedup.png", "outcomes.png", "strategies.png"):
+        data = (out / png).read_bytes()
+        assert data.startswith(PNG) and len(data) > 5000
+    page = (out / "index.html").read_text()
+    assert "2.828x" in page  # geometric mean of 2x and 4x
+    assert "<td>add</td>" in page and "<td>mul</td>" in page and "4.00x" in page
+    assert 'src="speedup.png"' in page and "field &#x27;dtypes&#x27;" in page
+    assert "interpreter timings" in page

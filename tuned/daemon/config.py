@@ -1,0 +1,302 @@
+"""The daemon's configuration: one YAML file, parsed and validated once into frozen dataclasses.
+
+Every key is optional; the dataclass defaults are the single source of truth for what an
+absent key means (``ktuned run`` without ``--config`` runs on ``DaemonConfig()``). A bad file
+is reported whole: every problem names its key, what was found and what is allowed, and
+``ktuned run`` exits 2.
+``deploy/ktuned.yaml`` documents every key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from policies import DEFAULT_POLICY
+from tuned.errors import BadInputError
+
+__all__ = [
+    "ConfigError",
+    "DaemonConfig",
+    "EvaluationConfig",
+    "GpuConfig",
+    "MetricsConfig",
+    "RegistryConfig",
+    "SchedulerConfig",
+    "default_registry",
+    "load_config",
+    "parse_config",
+]
+
+DEVICES = ("auto", "gpu", "interpreter")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def default_registry() -> Path:
+    """The example registry shipped with ktuned (``examples/registry`` beside the packages)."""
+    return Path(__file__).resolve().parents[2] / "examples" / "registry"
+
+
+def _default_state_dir() -> Path:
+    # systemd's StateDirectory= exports $STATE_DIRECTORY; otherwise the CLI's usual default.
+    if os.environ.get("STATE_DIRECTORY"):
+        return Path(os.environ["STATE_DIRECTORY"].split(":")[0])
+    from tuned.tuning import default_state_dir
+
+    return default_state_dir()
+
+
+@dataclass(frozen=True)
+class RegistryConfig:
+    """``path``: the registry directory; polled every ``poll_interval_s`` (works on NFS)."""
+
+    path: Path = field(default_factory=default_registry)
+    poll_interval_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Which kernel gets the next evaluation (docs/service.md, "Scheduler")."""
+
+    window: int = 8
+    min_gain: float = 0.01
+    converge_after: int = 24
+    revisit_interval_s: float = 6 * 3600.0
+    prior_rate: float = 0.05
+    floor_rate: float = 0.001
+
+
+@dataclass(frozen=True)
+class GpuConfig:
+    """When the GPU counts as busy with foreign work, and what to do about it."""
+
+    index: int = 0
+    busy_utilization_percent: float = 10.0
+    busy_memory_bytes: int = 1 << 30
+    check_interval_s: float = 15.0
+    throttle_retries: int = 3
+
+
+@dataclass(frozen=True)
+class EvaluationConfig:
+    phase_timeout_s: float = 300.0
+    startup_timeout_s: float = 180.0
+    interpreter_max_size: int = 1 << 22
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    """``listen``: ``HOST:PORT`` of the Prometheus endpoint (``/metrics``)."""
+
+    listen: str = "127.0.0.1:9474"
+
+    @property
+    def host(self) -> str:
+        return self.listen.rpartition(":")[0].strip("[]")
+
+    @property
+    def port(self) -> int:
+        return int(self.listen.rpartition(":")[2])
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    state_dir: Path = field(default_factory=_default_state_dir)
+    device: str = "auto"
+    policy: str = DEFAULT_POLICY
+    seed: int = 0
+    log_level: str = "info"
+    registry: RegistryConfig = field(default_factory=RegistryConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    gpu: GpuConfig = field(default_factory=GpuConfig)
+    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    source: str = "(built-in defaults)"
+
+
+class ConfigError(BadInputError):
+    """The configuration file is unusable; ``problems`` lists every problem, each with its key."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.problems = list(problems)
+        lines = "\n".join(f"  {p}" for p in self.problems)
+        super().__init__(
+            f"invalid configuration {source} ({len(self.problems)} problem"
+            f"{'s' if len(self.problems) != 1 else ''}; see deploy/ktuned.yaml for every key):\n"
+            f"{lines}"
+        )
+
+
+# -- checks: each returns (value, None) or (None, what is allowed)
+
+Check = Callable[[object], "tuple[Any, str | None]"]
+
+
+def _number(low: float, high: float | None = None, *, integer: bool = False) -> Check:
+    kind = "an integer" if integer else "a number"
+    allowed = f"{kind} >= {low:g}" + (f" and <= {high:g}" if high is not None else "")
+
+    def check(value: object) -> tuple[Any, str | None]:
+        ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
+        if isinstance(value, bool) or not ok_type:
+            return None, allowed
+        assert isinstance(value, (int, float))
+        if value < low or (high is not None and value > high):
+            return None, allowed
+        return (int(value) if integer else float(value)), None
+
+    return check
+
+
+def _choice(choices: tuple[str, ...] | list[str]) -> Check:
+    allowed = "one of " + ", ".join(choices)
+
+    def check(value: object) -> tuple[Any, str | None]:
+        return (value, None) if isinstance(value, str) and value in choices else (None, allowed)
+
+    return check
+
+
+def _path(value: object) -> tuple[Any, str | None]:
+    if isinstance(value, str) and value.strip():
+        return Path(os.path.expanduser(value)), None
+    return None, "a non-empty path"
+
+
+def _listen(value: object) -> tuple[Any, str | None]:
+    allowed = "HOST:PORT with a port in 0..65535, e.g. 127.0.0.1:9474 or [::1]:9474"
+    if not isinstance(value, str) or ":" not in value:
+        return None, allowed
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit() or int(port) > 65535:
+        return None, allowed
+    return value, None
+
+
+def _policy(value: object) -> tuple[Any, str | None]:
+    from policies import POLICIES
+
+    return _choice(sorted(POLICIES))(value)
+
+
+_SECTIONS: dict[str, tuple[type[Any], dict[str, Check]]] = {
+    "registry": (
+        RegistryConfig,
+        {"path": _path, "poll_interval_s": _number(0.05)},
+    ),
+    "scheduler": (
+        SchedulerConfig,
+        {
+            "window": _number(1, integer=True),
+            "min_gain": _number(0.0, 1.0),
+            "converge_after": _number(1, integer=True),
+            "revisit_interval_s": _number(0.0),
+            "prior_rate": _number(0.0),
+            "floor_rate": _number(0.0),
+        },
+    ),
+    "gpu": (
+        GpuConfig,
+        {
+            "index": _number(0, integer=True),
+            "busy_utilization_percent": _number(0.0, 100.0),
+            "busy_memory_bytes": _number(0, integer=True),
+            "check_interval_s": _number(0.05),
+            "throttle_retries": _number(0, integer=True),
+        },
+    ),
+    "evaluation": (
+        EvaluationConfig,
+        {
+            "phase_timeout_s": _number(1.0),
+            "startup_timeout_s": _number(1.0),
+            "interpreter_max_size": _number(1, integer=True),
+        },
+    ),
+    "metrics": (MetricsConfig, {"listen": _listen}),
+}
+_TOP: dict[str, Check] = {
+    "state_dir": _path,
+    "device": _choice(DEVICES),
+    "policy": _policy,
+    "seed": _number(0, integer=True),
+    "log_level": _choice(LOG_LEVELS),
+}
+
+
+def parse_config(doc: object, *, source: str) -> DaemonConfig:
+    """Validate a parsed YAML document; raise :class:`ConfigError` listing every problem."""
+    problems: list[str] = []
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, Mapping):
+        raise ConfigError(source, [f"the top level must be a mapping of keys, got {_show(doc)}"])
+    known = sorted([*_TOP, *_SECTIONS])
+    values: dict[str, Any] = {}
+    for key, raw in doc.items():
+        if key in _TOP:
+            value, allowed = _TOP[key](raw)
+            if allowed:
+                problems.append(f"key '{key}': got {_show(raw)}; allowed: {allowed}")
+            else:
+                values[key] = value
+        elif key in _SECTIONS:
+            section = _section(str(key), raw, problems)
+            if section is not None:
+                values[key] = section
+        else:
+            problems.append(f"key '{key}': unknown key; allowed keys: {', '.join(known)}")
+    if problems:
+        raise ConfigError(source, problems)
+    return dataclasses.replace(DaemonConfig(), **values, source=source)
+
+
+def _section(name: str, raw: object, problems: list[str]) -> object | None:
+    cls, checks = _SECTIONS[name]
+    if raw is None:
+        default: object = cls()
+        return default
+    if not isinstance(raw, Mapping):
+        problems.append(
+            f"key '{name}': got {_show(raw)}; allowed: a mapping of {', '.join(checks)}"
+        )
+        return None
+    values: dict[str, Any] = {}
+    before = len(problems)
+    for key, value in raw.items():
+        if key not in checks:
+            problems.append(
+                f"key '{name}.{key}': unknown key; allowed keys: {', '.join(sorted(checks))}"
+            )
+            continue
+        parsed, allowed = checks[key](value)
+        if allowed:
+            problems.append(f"key '{name}.{key}': got {_show(value)}; allowed: {allowed}")
+        else:
+            values[str(key)] = parsed
+    section: object = cls(**values)
+    return section if len(problems) == before else None
+
+
+def load_config(path: Path) -> DaemonConfig:
+    """Read and validate ``path``; :class:`ConfigError` (exit 2) on any problem."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(str(path), [f"cannot read the file: {exc.strerror or exc}"]) from exc
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(str(path), [f"not valid YAML: {exc}"]) from exc
+    return parse_config(doc, source=str(path))
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -1,0 +1,92 @@
+"""The daemon's worker client: interruptible by SIGTERM, and honest about throttled clocks.
+
+:class:`GatedWorkerClient` is a :class:`~tuned.evaluation.client.WorkerClient` whose
+evaluations (1) run inside the daemon's *interruptible* section, where a stop request raises
+:class:`ShutdownRequested` out of the wait on the worker, so a stop never waits for a
+long evaluation (the candidate is recorded, its result is not, and the next start evaluates
+it again); and (2) on a GPU, are bracketed by the monitor's throttle mark: a measurement taken
+while clocks were held down is discarded and redone, up to ``retries`` times, and then
+recorded as ``gpu_busy`` rather than as a slow candidate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+from tuned.daemon.gpu import GpuMonitor
+from tuned.errors import TunedError
+from tuned.evaluation.client import EvaluationSettings, WorkerClient
+from tuned.outcomes import Candidate, EvalResult, Outcome
+from tuned.registry.spec import KernelSpec
+
+__all__ = ["GatedWorkerClient", "ShutdownRequested"]
+
+log = logging.getLogger(__name__)
+
+
+class ShutdownRequested(TunedError):
+    """SIGTERM (or SIGINT) arrived during an evaluation; the daemon stops without its result."""
+
+
+class GatedWorkerClient(WorkerClient):
+    def __init__(
+        self,
+        *,
+        workdir: Path,
+        settings: EvaluationSettings,
+        monitor: GpuMonitor,
+        retries: int,
+        interruptible: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
+    ) -> None:
+        super().__init__(workdir=workdir, settings=settings)
+        self.monitor = monitor
+        self.retries = retries
+        self.interruptible = interruptible
+        self.discarded = 0
+
+    def own_pids(self) -> set[int]:
+        """This process and the worker: their GPU use is not foreign work."""
+        pids = {os.getpid()}
+        if self._proc is not None:
+            pids.add(self._proc.pid)
+        return pids
+
+    def start(self) -> dict[str, str]:
+        with self.interruptible():
+            return super().start()
+
+    def evaluate(
+        self, spec: KernelSpec, candidate: Candidate, *args: Any, **kwargs: Any
+    ) -> EvalResult:
+        """:meth:`WorkerClient.evaluate` (same arguments), gated as the module says."""
+        why = ""
+        for attempt in range(self.retries + 1):
+            mark = self.monitor.throttle_mark()
+            with self.interruptible():
+                result = super().evaluate(spec, candidate, *args, **kwargs)
+            if result.outcome is not Outcome.OK or result.timing_kind != "gpu":
+                return result
+            throttled = self.monitor.throttled_since(mark)
+            if throttled is None:
+                return result
+            why = throttled
+            self.discarded += 1
+            log.warning(
+                "%s %s: measurement %d discarded (%s); measuring again",
+                spec.name,
+                candidate.id[:12],
+                attempt + 1,
+                throttled,
+            )
+        return EvalResult(
+            Outcome.GPU_BUSY,
+            phase="benchmark",
+            reason=f"every one of {self.retries + 1} measurements was disturbed ({why}); "
+            "not a property of the candidate",
+        )

@@ -1,0 +1,407 @@
+"""``ktuned run``: the daemon's life, from start-up to a clean stop.
+
+Start-up: store, metrics endpoint, GPU monitor, worker (its fingerprint), a first stable scan
+of the registry, then ``READY=1`` once ``/metrics`` has answered. The main loop, one
+evaluation per iteration: handle SIGHUP (reload the config, rescan), poll the registry when
+due, wait while foreign work uses the GPU (``paused_gpu_busy``), ask the scheduler for a
+kernel and run one :meth:`Campaign.step` on it. SIGTERM/SIGINT: ``STOPPING=1``, the worker's
+process group is killed (an evaluation in flight is abandoned and redone by the next start),
+the store is checkpointed and closed. The only broad ``except`` of ktuned is here: an
+unexpected error in one iteration is logged, counted (``ktuned_daemon_errors_total``) and
+followed by a back-off, never by a crash loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, ProcessCollector
+
+from tuned.campaign import Campaign, TuneSettings
+from tuned.daemon.config import DaemonConfig, load_config
+from tuned.daemon.gated import GatedWorkerClient, ShutdownRequested
+from tuned.daemon.gpu import GpuMonitor, open_monitor
+from tuned.daemon.notify import Notifier, Watchdog
+from tuned.daemon.scheduler import Scheduler
+from tuned.daemon.signals import SignalGate
+from tuned.daemon.watcher import RegistryChanges, RegistryWatcher
+from tuned.errors import TunedError
+from tuned.evaluation.client import EvaluationSettings
+from tuned.metrics import GpuLabels, LiveStatus, MetricsServer, StoreCollector
+from tuned.registry import KernelSpec, format_problems
+from tuned.store.base import fingerprint_id
+from tuned.store.sqlite import SqliteStore
+
+__all__ = ["Daemon", "MonitorFactory"]
+
+log = logging.getLogger(__name__)
+
+MonitorFactory = Callable[[DaemonConfig, bool], GpuMonitor]
+
+
+def _nvml_monitor(config: DaemonConfig, interpreter: bool) -> GpuMonitor:
+    return open_monitor(
+        interpreter=interpreter,
+        index=config.gpu.index,
+        busy_utilization_percent=config.gpu.busy_utilization_percent,
+        busy_memory_bytes=config.gpu.busy_memory_bytes,
+    )
+
+
+def _interpreter_mode(device: str) -> bool:
+    """``device`` resolved as ``ktuned tune`` does, but probing CUDA in a short-lived child:
+    the daemon itself never imports torch (hundreds of MiB it would keep for months)."""
+    from tuned.tuning import detect_interpreter
+
+    if device != "auto" or os.environ.get("TRITON_INTERPRET") == "1":
+        return detect_interpreter(device)
+    probe = "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 3)"
+    try:
+        code = subprocess.run([sys.executable, "-c", probe], timeout=300, check=False).returncode
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("could not probe for CUDA (%s): using Triton's interpreter", exc)
+        return True
+    if code != 0:
+        log.warning(
+            "no CUDA GPU found: kernels run in Triton's interpreter on the CPU; "
+            "correctness is real, timings are interpreter timings"
+        )
+        return True
+    return False
+
+
+class Daemon:
+    """One daemon: ``run()`` returns after a stop request, having cleaned up."""
+
+    def __init__(
+        self,
+        config: DaemonConfig,
+        *,
+        config_path: Path | None = None,
+        notifier: Notifier | None = None,
+        monitor_factory: MonitorFactory = _nvml_monitor,
+        live: LiveStatus | None = None,
+    ) -> None:
+        self.config = config
+        self.config_path = config_path
+        self.notifier = notifier or Notifier()
+        self.watchdog = Watchdog(self.notifier)
+        self.monitor_factory = monitor_factory
+        self.live = live or LiveStatus()
+        self.scheduler = Scheduler(config.scheduler)
+        self.watcher = RegistryWatcher(config.registry.path)
+        self.campaigns: dict[str, Campaign] = {}
+        self.fingerprint = ""
+        self.server: MetricsServer | None = None
+        self.errors = 0
+        self.signals = SignalGate()
+        self._reconciled = False
+        self._store: SqliteStore | None = None
+        self._client: GatedWorkerClient | None = None
+        self._monitor: GpuMonitor | None = None
+        self._collector: StoreCollector | None = None
+        self._busy_reason: str | None = None
+
+    # -- lifecycle
+
+    def request_stop(self) -> None:
+        """Ask the main loop to stop (what SIGTERM does, minus interrupting an evaluation)."""
+        self.signals.request_stop()
+
+    def run(self) -> None:
+        self.signals.install()
+        try:
+            self._start()
+            while not self.signals.stop:
+                self._iteration()
+        except ShutdownRequested:
+            log.info("stop requested during an evaluation: abandoning it (it is redone on start)")
+        finally:
+            self._shutdown()
+            self.signals.close()
+
+    def _start(self) -> None:
+        cfg = self.config
+        cfg.state_dir.mkdir(parents=True, exist_ok=True)
+        self._store = SqliteStore(cfg.state_dir / "ktuned.sqlite")
+        registry = CollectorRegistry()
+        self._collector = StoreCollector(self._store.path, self.live)
+        registry.register(self._collector)
+        ProcessCollector(registry=registry)
+        self.server = MetricsServer(host=cfg.metrics.host, port=cfg.metrics.port, registry=registry)
+        self.server.start()
+        interpreter = _interpreter_mode(cfg.device)
+        self._monitor = self.monitor_factory(cfg, interpreter)
+        devices = self._monitor.devices()
+        if devices and "CUDA_VISIBLE_DEVICES" not in os.environ:
+            os.environ["CUDA_VISIBLE_DEVICES"] = devices[0].uuid  # the GPU NVML watches
+        gpus = tuple(GpuLabels(str(d.index), d.uuid, d.model, "gpu") for d in devices) or (
+            GpuLabels("interpreter" if interpreter else "unmonitored", "", "none", "interpreter"),
+        )
+        self.live.update(gpus=gpus, gpu_busy={g.gpu: False for g in gpus})
+        self._client = GatedWorkerClient(
+            workdir=cfg.state_dir / "workers" / "0",
+            settings=self._evaluation_settings(interpreter),
+            monitor=self._monitor,
+            retries=cfg.gpu.throttle_retries,
+            interruptible=self.signals.interruptible,
+        )
+        with self.watchdog.busy(cfg.evaluation.startup_timeout_s):
+            self._set_fingerprint(self._client.start())
+        self._scan(settle=True)
+        self.server.check_answers()
+        self.live.update(daemon_state="idle")
+        self.notifier.ready(self._status_line())
+        log.info("ready: %s", self._status_line())
+
+    def _shutdown(self) -> None:
+        self.live.update(daemon_state="stopping")
+        self.notifier.stopping()
+        self.watchdog.stop()
+        if self._client is not None:
+            self._client.close()  # kills the worker's process group
+        if self.server is not None:
+            self.server.stop()
+        if self._collector is not None:
+            self._collector.close()
+        if self._store is not None:
+            with contextlib.suppress(TunedError):
+                self._store.checkpoint()
+            self._store.close()
+        if self._monitor is not None:
+            self._monitor.close()
+        self.notifier.close()
+        log.info("stopped")
+
+    # -- the main loop
+
+    def _iteration(self) -> None:
+        try:
+            self.watchdog.beat()
+            if self.signals.reload:
+                self.signals.reload = False
+                self._do_reload()
+            if time.monotonic() >= self._next_poll:
+                self._scan(settle=False)
+            busy = self._gpu_busy()
+            if busy:
+                self._sleep(min(self.config.gpu.check_interval_s, self._until_poll()))
+                return
+            name = self.scheduler.pick(time.time())
+            if name is None:
+                self.live.update(daemon_state="idle", current_kernel="")
+                self.notifier.status(self._status_line())
+                revisit = self.scheduler.next_revisit(time.time())
+                self._sleep(min(self._until_poll(), revisit if revisit is not None else 3600.0))
+                return
+            self._step(name)
+        except ShutdownRequested:
+            raise
+        except Exception:  # the daemon's top loop: log, count, back off, go on
+            self.errors += 1
+            self.live.update(errors_total=self.errors)
+            log.exception("unexpected error in the main loop (%d so far); retrying", self.errors)
+            self._sleep(min(60.0, 2.0 ** min(self.errors, 6)))
+
+    def _step(self, name: str) -> None:
+        assert self._client is not None
+        campaign = self.campaigns[name]
+        self.live.update(daemon_state="tuning", current_kernel=name)
+        self.notifier.status(self._status_line())
+        with self.watchdog.busy(self._evaluation_bound()):
+            row = campaign.step()
+        now = time.time()
+        if row is None:
+            self.scheduler.finish(name, campaign.note or "nothing left to try", now)
+            log.info("%s: %s", name, campaign.note or "nothing left to try")
+        else:
+            self.scheduler.observe(name, row, now)
+        fp = self._client.fingerprint
+        if fp and fingerprint_id(fp) != self.fingerprint:
+            log.warning("the software/hardware fingerprint changed: every kernel starts afresh")
+            self._set_fingerprint(fp)
+            for spec in [c.spec for c in self.campaigns.values()]:
+                self._track(spec)
+        self._publish()
+
+    def _evaluation_bound(self) -> float:
+        """The longest one step may block the loop (the client enforces each part): a worker
+        start and every phase, per measurement; throttle retries and the acceptance rule's
+        re-measurement multiply it."""
+        e = self.config.evaluation
+        one = e.startup_timeout_s + 60.0 + 3 * e.phase_timeout_s + 30.0
+        return 2 * one * (1 + self.config.gpu.throttle_retries)
+
+    def _gpu_busy(self) -> bool:
+        assert self._monitor is not None and self._client is not None
+        reason = self._monitor.foreign_work(self._client.own_pids())
+        if reason != self._busy_reason:
+            if reason:
+                log.info("pausing: %s", reason)
+            elif self._busy_reason:
+                log.info("the GPU is free again: resuming")
+            self._busy_reason = reason
+            gpus = self.live.snapshot().gpus
+            self.live.update(
+                daemon_state="paused_gpu_busy" if reason else "idle",
+                gpu_busy={g.gpu: bool(reason) for g in gpus},
+            )
+            self.notifier.status(self._status_line())
+        return reason is not None
+
+    # -- registry
+
+    def _scan(self, *, settle: bool) -> None:
+        """Poll the registry; with ``settle``, poll twice so a quiet registry is acted on now."""
+        changes = self.watcher.poll()
+        if settle:
+            self._apply(changes)
+            self._sleep(min(self.config.registry.poll_interval_s, 1.0))
+            changes = self.watcher.poll()
+        self._apply(changes)
+        if not self._reconciled and changes.pending == 0 and self.watcher.root_problem is None:
+            self._reconcile()
+        self._next_poll = time.monotonic() + self.config.registry.poll_interval_s
+        self._publish()
+
+    def _apply(self, changes: RegistryChanges) -> None:
+        assert self._store is not None
+        if changes:
+            log.info("registry: %s", changes.describe())
+        for directory, problems in changes.invalid.items():
+            self._store.record_invalid(directory, format_problems(problems))
+            log.warning("invalid entry %s:\n%s", directory, format_problems(problems))
+        for name in [*changes.removed, *changes.invalidated]:
+            self.scheduler.forget(name)
+            self.campaigns.pop(name, None)
+        for name in changes.removed:
+            self._store.retire_kernel(name)
+        for directory in changes.removed_invalid:
+            self._store.forget_invalid(directory)
+        for spec in [*changes.added, *changes.changed]:
+            if self._store.sync_kernel(spec):
+                log.info("%s: generation %s", spec.name, spec.generation[:12])
+            self._track(spec)
+
+    def _reconcile(self) -> None:
+        """Once the registry has been read whole: retire kernels whose entry left it."""
+        assert self._store is not None
+        self._reconciled = True
+        present = self.watcher.specs
+        for k in self._store.kernels():
+            if k.state == "active" and k.name not in present:
+                log.info("%s: no longer in the registry; retired (history kept)", k.name)
+                self._store.retire_kernel(k.name)
+
+    def _track(self, spec: KernelSpec) -> None:
+        assert self._store is not None and self._client is not None
+        self.campaigns[spec.name] = Campaign(
+            spec=spec,
+            store=self._store,
+            client=self._client,
+            fingerprint=self.fingerprint,
+            settings=TuneSettings(budget=None, policy=self.config.policy, seed=self.config.seed),
+        )
+        self.scheduler.track(
+            spec.name,
+            weight=spec.weight,
+            space_size=spec.space_size() if spec.knobs else 0,
+            history=self._store.trials(spec.name, spec.generation, self.fingerprint),
+            last_visit=self._store.last_evaluated_at(spec.name, spec.generation, self.fingerprint),
+        )
+
+    # -- reload
+
+    def _do_reload(self) -> None:
+        self.notifier.reloading()
+        self.live.update(daemon_state="reloading")
+        log.info("reloading: %s", self.config_path or "built-in defaults")
+        try:
+            new = load_config(self.config_path) if self.config_path else DaemonConfig()
+        except TunedError as exc:
+            log.error("%s\nkeeping the running configuration", exc)
+            new = self.config
+        fixed = ("state_dir", "device", "metrics")
+        for key in fixed:
+            if getattr(new, key) != getattr(self.config, key):
+                log.warning("%s changed: it takes effect at the next restart", key)
+        new = dataclasses.replace(new, **{k: getattr(self.config, k) for k in fixed})
+        policy_changed = (new.policy, new.seed) != (self.config.policy, self.config.seed)
+        registry_changed = new.registry.path != self.config.registry.path
+        self.config = new
+        self.scheduler.config = new.scheduler
+        assert self._client is not None
+        self._client.settings = self._evaluation_settings(self._client.settings.interpreter)
+        self._client.retries = new.gpu.throttle_retries
+        if registry_changed:
+            self.watcher = RegistryWatcher(new.registry.path)
+            self._reconciled = False
+            for name in list(self.campaigns):
+                self.scheduler.forget(name)
+                self.campaigns.pop(name)
+        elif policy_changed:
+            for spec in [c.spec for c in self.campaigns.values()]:
+                self._track(spec)
+        self._scan(settle=True)
+        self.live.update(daemon_state="idle")
+        self.notifier.ready(self._status_line())
+
+    # -- helpers
+
+    def _evaluation_settings(self, interpreter: bool) -> EvaluationSettings:
+        e = self.config.evaluation
+        return EvaluationSettings(
+            interpreter=interpreter,
+            startup_timeout_s=e.startup_timeout_s,
+            compile_timeout_s=e.phase_timeout_s,
+            correctness_timeout_s=e.phase_timeout_s,
+            benchmark_timeout_s=e.phase_timeout_s,
+            interpreter_max_size=e.interpreter_max_size,
+        )
+
+    def _set_fingerprint(self, fingerprint: dict[str, str]) -> None:
+        assert self._store is not None
+        self.fingerprint = self._store.record_fingerprint(fingerprint)
+        self.live.update(fingerprint=dict(fingerprint))
+
+    def _publish(self) -> None:
+        restarts = max(0, self._client.starts - 1) if self._client else 0
+        discarded = self._client.discarded if self._client else 0
+        self.live.update(
+            kernel_states=self.scheduler.states(),
+            worker_restarts_total=restarts,
+            discarded_total=discarded,
+        )
+
+    def _status_line(self) -> str:
+        snap = self.live.snapshot()
+        counts: dict[str, int] = {}
+        for state in snap.kernel_states.values():
+            counts[state] = counts.get(state, 0) + 1
+        kernels = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no kernels"
+        if snap.daemon_state == "paused_gpu_busy":
+            doing = f"paused: {self._busy_reason}"
+        elif snap.daemon_state == "tuning":
+            doing = f"tuning {snap.current_kernel}"
+        else:
+            doing = snap.daemon_state
+        return f"{doing}; kernels: {kernels}"
+
+    def _until_poll(self) -> float:
+        return max(0.0, self._next_poll - time.monotonic())
+
+    _next_poll = 0.0
+
+    def _sleep(self, seconds: float) -> None:
+        """Sleep up to ``seconds``; a signal (stop, reload) ends it at once."""
+        interval = self.watchdog.interval
+        tick = None if interval is None else interval / 3
+        self.signals.sleep(seconds, tick=tick, beat=self.watchdog.beat)

@@ -1,0 +1,269 @@
+"""The Prometheus collector: every ``ktuned_`` metric, read from the store at scrape time.
+
+Registered on a :class:`prometheus_client.CollectorRegistry` that the caller owns (never the
+global one). History-derived values (speedups, counters, the phase histogram, arm statistics)
+come from the store, so they survive restarts; the daemon's own state (its state, the GPUs'
+busy flags, per-kernel scheduler states) comes from a :class:`~tuned.metrics.live.LiveStatus`.
+Counters over evaluations are kept as running sums of the rows added since the previous
+scrape, so a scrape stays cheap however long the history. The list of metrics, with their
+labels, is in docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+import platform
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from tuned import __version__
+from tuned.metrics.live import DAEMON_STATES, LiveSnapshot, LiveStatus
+from tuned.store.base import KernelProgress
+from tuned.store.sqlite import SqliteStore
+
+__all__ = ["PHASE_BUCKETS", "StoreCollector"]
+
+#: Upper bounds (seconds) of the evaluation phase duration histogram.
+PHASE_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+LLM_TOKEN_KINDS = ("prompt", "completion")
+LLM_BUDGET_SCOPES = ("total",)
+
+
+class StoreCollector(Collector):
+    """Yields the metric families of the store at ``store_path`` (opened read-only, lazily)."""
+
+    def __init__(self, store_path: Path, live: LiveStatus | None = None) -> None:
+        self.store_path = store_path
+        self.live = live
+        self._lock = threading.Lock()
+        self._store: SqliteStore | None = None
+        self._seq = 0
+        self._outcomes: dict[tuple[str, str], int] = {}
+        self._phases: dict[str, tuple[int, float, list[int]]] = {}
+        self._arms: dict[tuple[str, str], tuple[int, float]] = {}
+        self._progress: dict[str, KernelProgress] = {}
+        self._progress_seqs = (0, 0)
+
+    def describe(self) -> list[Metric]:
+        return []  # no store access at registration time
+
+    def close(self) -> None:
+        with self._lock:
+            if self._store is not None:
+                self._store.close()
+                self._store = None
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            if self._store is None:
+                self._store = SqliteStore.open_reader(self.store_path)
+            live = self.live.snapshot() if self.live is not None else None
+            yield from self._process(live)
+            yield from self._kernels(self._store, live)
+            yield from self._evaluations(self._store)
+            yield from self._llm()
+
+    # -- families
+
+    def _process(self, live: LiveSnapshot | None) -> Iterator[Metric]:
+        fp = live.fingerprint if live else {}
+        info = GaugeMetricFamily(
+            "ktuned_build_info",
+            "ktuned's version and the software it tunes with (value 1)",
+            labels=["version", "python_version", "triton_version", "torch_version"],
+        )
+        info.add_metric(
+            [
+                __version__,
+                platform.python_version(),
+                fp.get("triton", ""),
+                fp.get("torch", ""),
+            ],
+            1,
+        )
+        yield info
+        if live is None:
+            return
+        state = GaugeMetricFamily(
+            "ktuned_daemon_state", "1 for the daemon's current state", labels=["state"]
+        )
+        for name in DAEMON_STATES:
+            state.add_metric([name], 1.0 if live.daemon_state == name else 0.0)
+        yield state
+        yield GaugeMetricFamily(
+            "ktuned_daemon_start_time_seconds",
+            "when the daemon started (Unix time)",
+            value=live.started_at,
+        )
+        yield CounterMetricFamily(
+            "ktuned_daemon_errors",
+            "unexpected errors caught by the daemon's main loop (see its log)",
+            value=live.errors_total,
+        )
+        yield CounterMetricFamily(
+            "ktuned_worker_restarts",
+            "evaluation worker starts after the first (crashes, timeouts, CUDA faults)",
+            value=live.worker_restarts_total,
+        )
+        yield CounterMetricFamily(
+            "ktuned_throttled_measurements_discarded",
+            "measurements discarded and redone because clocks throttled or foreign work appeared",
+            value=live.discarded_total,
+        )
+        gpu_info = GaugeMetricFamily(
+            "ktuned_gpu_info",
+            "the device ktuned benchmarks on (value 1); gpu=interpreter without a GPU",
+            labels=["gpu", "UUID", "gpu_model", "mode"],
+        )
+        busy = GaugeMetricFamily(
+            "ktuned_gpu_busy",
+            "1 while foreign work uses the GPU and ktuned waits (paused_gpu_busy)",
+            labels=["gpu", "UUID"],
+        )
+        for g in live.gpus:
+            gpu_info.add_metric([g.gpu, g.uuid, g.model, g.mode], 1)
+            busy.add_metric([g.gpu, g.uuid], 1.0 if live.gpu_busy.get(g.gpu) else 0.0)
+        yield gpu_info
+        yield busy
+
+    def _current_progress(self, store: SqliteStore) -> list[KernelProgress]:
+        """Every kernel's progress, re-read only for kernels that changed since last scrape."""
+        touched, eval_seq, acc_seq = store.changes_since(*self._progress_seqs)
+        rows = store.kernels()
+        for k in rows:
+            known = self._progress.get(k.name)
+            if known is None or (known.generation, known.state) != (k.generation, k.state):
+                touched.add(k.name)
+        present = {k.name for k in rows}
+        for name in set(self._progress) - present:
+            del self._progress[name]
+        for p in store.kernel_progress(touched & present):
+            self._progress[p.name] = p
+        self._progress_seqs = (eval_seq, acc_seq)
+        return [self._progress[name] for name in sorted(self._progress)]
+
+    def _kernels(self, store: SqliteStore, live: LiveSnapshot | None) -> Iterator[Metric]:
+        states = GaugeMetricFamily(
+            "ktuned_kernel_state",
+            "1 for each kernel's current state (new, tuning, converged, exhausted, failed, "
+            "invalid, retired); other states are absent",
+            labels=["kernel", "state"],
+        )
+        speedup = GaugeMetricFamily(
+            "ktuned_kernel_best_speedup_ratio",
+            "baseline time / best (incumbent) time, current generation and fingerprint",
+            labels=["kernel"],
+        )
+        best = GaugeMetricFamily(
+            "ktuned_kernel_best_seconds", "objective of the incumbent", labels=["kernel"]
+        )
+        baseline = GaugeMetricFamily(
+            "ktuned_kernel_baseline_seconds", "objective of the original", labels=["kernel"]
+        )
+        improved = GaugeMetricFamily(
+            "ktuned_kernel_last_improvement_timestamp_seconds",
+            "when the incumbent was accepted, or the baseline measured (Unix time)",
+            labels=["kernel"],
+        )
+        live_states = live.kernel_states if live is not None else {}
+        for k in self._current_progress(store):
+            state = k.state if k.state in ("invalid", "retired") else "new"
+            if k.state == "active":
+                state = live_states.get(k.name, state)
+            states.add_metric([k.name, state], 1.0)
+            if k.state == "retired":
+                continue
+            if k.baseline_s is not None:
+                baseline.add_metric([k.name], k.baseline_s)
+            if k.best_s is not None and k.best_at is not None:
+                best.add_metric([k.name], k.best_s)
+                improved.add_metric([k.name], k.best_at)
+            if k.speedup is not None:
+                speedup.add_metric([k.name], k.speedup)
+        yield from (states, speedup, best, baseline, improved)
+        invalid = store.invalid_entries()
+        yield GaugeMetricFamily(
+            "ktuned_registry_invalid_entries",
+            "registry entries that fail validation (ktuned registry check lists why)",
+            value=len(invalid),
+        )
+
+    def _evaluations(self, store: SqliteStore) -> Iterator[Metric]:
+        totals = store.evaluation_totals(self._seq, PHASE_BUCKETS)
+        self._seq = totals.upto_seq
+        for key, n in totals.outcomes.items():
+            self._outcomes[key] = self._outcomes.get(key, 0) + n
+        for phase, (count, seconds, below) in totals.phases.items():
+            old = self._phases.get(phase, (0, 0.0, [0] * len(PHASE_BUCKETS)))
+            self._phases[phase] = (
+                old[0] + count,
+                old[1] + seconds,
+                [a + b for a, b in zip(old[2], below)],
+            )
+        for key, (n_pulls, reward_sum) in totals.arms.items():
+            old_arm = self._arms.get(key, (0, 0.0))
+            self._arms[key] = (old_arm[0] + n_pulls, old_arm[1] + reward_sum)
+
+        evaluated = CounterMetricFamily(
+            "ktuned_candidates_evaluated",
+            "evaluations by kernel and outcome (every generation and fingerprint)",
+            labels=["kernel", "outcome"],
+        )
+        for (kernel, outcome), n in sorted(self._outcomes.items()):
+            evaluated.add_metric([kernel, outcome], n)
+        yield evaluated
+        phases = HistogramMetricFamily(
+            "ktuned_evaluation_phase_duration_seconds",
+            "time spent in each evaluation phase (load, compile, correctness, benchmark)",
+            labels=["phase"],
+        )
+        for phase, (n, total, cumulative) in sorted(self._phases.items()):
+            buckets = [(repr(float(b)), float(c)) for b, c in zip(PHASE_BUCKETS, cumulative)]
+            phases.add_metric([phase], [*buckets, ("+Inf", float(n))], total)
+        yield phases
+        pulls = CounterMetricFamily(
+            "ktuned_arm_pulls",
+            "candidates evaluated per kernel and strategy (bandit arm pulls)",
+            labels=["kernel", "strategy"],
+        )
+        reward = GaugeMetricFamily(
+            "ktuned_arm_mean_reward_ratio",
+            "mean reward per kernel and strategy: latency reduction vs the parent, clipped at 0",
+            labels=["kernel", "strategy"],
+        )
+        for (kernel, strategy), (n, total) in sorted(self._arms.items()):
+            pulls.add_metric([kernel, strategy], n)
+            reward.add_metric([kernel, strategy], total / n if n else 0.0)
+        yield pulls
+        yield reward
+
+    def _llm(self) -> Iterator[Metric]:
+        # No LLM proposer exists yet: no token was ever spent and no budget is configured, so
+        # these are true zeros (docs/metrics.md). The LLM issue replaces them with the ledger.
+        tokens = CounterMetricFamily(
+            "ktuned_llm_tokens", "LLM tokens spent, by kind", labels=["kind"]
+        )
+        for kind in LLM_TOKEN_KINDS:
+            tokens.add_metric([kind], 0)
+        yield tokens
+        limit = GaugeMetricFamily(
+            "ktuned_llm_budget_limit_tokens", "LLM token cap, by scope", labels=["scope"]
+        )
+        remaining = GaugeMetricFamily(
+            "ktuned_llm_budget_remaining_tokens",
+            "LLM tokens still allowed, by scope",
+            labels=["scope"],
+        )
+        for scope in LLM_BUDGET_SCOPES:
+            limit.add_metric([scope], 0)
+            remaining.add_metric([scope], 0)
+        yield limit
+        yield remaining
