@@ -1,0 +1,227 @@
+"""A/A test of the acceptance rule on a GPU: identical code timed as if it were a new candidate.
+
+    python bench/aa_gpu.py [--registry examples/registry] [--comparisons 35] [--seed 0]
+                           [--out aa_gpu.json]
+
+For every example kernel, a copy of the original (the same source plus a comment, so it is
+imported and launched as a distinct module, the way a new candidate is) is compared with the
+original through the worker's own timing path (:meth:`Evaluation.time_case`: interleaved
+timing, two alternating input sets, L2 flushed, outputs verified). The acceptance rule of
+:mod:`tuned.acceptance` then decides exactly as the campaign does: when the first interval
+clears the bar, the copy is re-measured through a real fresh worker
+(:class:`~tuned.evaluation.client.WorkerClient`, correctness included) and accepted only if
+that agrees. Every acceptance is a false improvement.
+
+It prints, per kernel, the comparisons, first-stage passes, false acceptances, the
+coefficient of variation of the samples within one measurement (median over cases and
+comparisons) and of the medians across comparisons, and writes everything as JSON to
+``--out``. Only meaningful on a GPU (the worker's interpreter timings are not GPU results).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tuned.acceptance import AcceptanceSettings, decide, speedup_interval  # noqa: E402
+from tuned.evaluation.client import (  # noqa: E402
+    EvaluationSettings,
+    WorkerClient,
+    _kernel_payload,
+)
+from tuned.evaluation.guard import TimerSnapshot  # noqa: E402
+from tuned.evaluation.worker import Case, Evaluation, ModuleLoader  # noqa: E402
+from tuned.outcomes import Candidate, Outcome, Provenance  # noqa: E402
+from tuned.registry import scan_registry  # noqa: E402
+
+
+def _cv(values: list[float]) -> float:
+    return statistics.pstdev(values) / statistics.mean(values) if len(values) > 1 else 0.0
+
+
+def run_kernel(
+    spec: Any, comparisons: int, seed: int, workdir: Path, device: str = "cuda"
+) -> dict[str, Any]:
+    settings = AcceptanceSettings()
+    eval_settings = EvaluationSettings(interpreter=device == "cpu")
+    options = WorkerClient(workdir=workdir / "unused", settings=eval_settings)._options()
+    copy_source = spec.module_source + "\n# A/A copy: identical code\n"
+    knobs = dict(spec.baseline_knobs)
+    request = {
+        "kernel": _kernel_payload(spec),
+        "candidate": {"id": "aa-copy", "source": copy_source, "knobs": knobs},
+        "options": {**options, "incumbent": {"source": spec.module_source, "knobs": knobs}},
+    }
+    loader = ModuleLoader(workdir / f"modules_{spec.name}")
+    evaluation = Evaluation(request, loader, device, lambda _m: None, TimerSnapshot())
+    original = loader.load(spec.module_source, directory_key="aa", extra_files=spec.extra_files)
+    copy = loader.load(copy_source, directory_key="aa", extra_files=spec.extra_files)
+    evaluation.candidate_modules.update({original.__name__, copy.__name__})
+    launcher_copy = getattr(copy, spec.launcher)
+    launcher_orig = getattr(original, spec.launcher)
+    make_inputs = getattr(original, spec.inputs)
+    reference = getattr(original, spec.reference)
+
+    import torch
+
+    cache: dict[tuple[Any, ...], list[Any]] = {}
+
+    def inputs_of(case: Case) -> list[Any]:
+        key = (tuple(case.dims.items()), case.dtype, case.seed)
+        if key not in cache:
+            dtype = getattr(torch, case.dtype)
+            cache[key] = list(make_inputs(dict(case.dims), dtype, device, case.seed))
+        return cache[key]
+
+    cases, _ = evaluation.cases()
+    timed = evaluation.timed_cases(cases)
+    for case in timed:  # compile both before timing
+        launcher_copy(*inputs_of(case), **knobs)
+        launcher_orig(*inputs_of(case), **knobs)
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+    rows = []
+    within_cv: list[float] = []
+    medians: dict[str, list[float]] = {c.label: [] for c in timed}
+    candidate = Candidate(
+        kernel=spec.name,
+        generation=spec.generation,
+        source=copy_source,
+        knobs=knobs,
+        provenance=Provenance.PARAMETRIC,
+        strategy="config",
+    )
+    baseline = Candidate(
+        kernel=spec.name,
+        generation=spec.generation,
+        source=spec.module_source,
+        knobs=knobs,
+        provenance=Provenance.ORIGINAL,
+        strategy="original",
+    )
+    for k in range(comparisons):
+        samples: dict[str, list[float]] = {}
+        incumbent: dict[str, list[float]] = {}
+        for case in timed:
+            mine, theirs = evaluation.time_case(
+                case, launcher_copy, launcher_orig, reference, inputs_of
+            )
+            samples[case.label], incumbent[case.label] = mine, theirs
+            within_cv.extend([_cv(mine), _cv(theirs)])
+            medians[case.label].append(statistics.median(theirs))
+        rng = np.random.default_rng([seed, k])
+        first = speedup_interval(samples, incumbent, rng, settings)
+        status = decide(first, settings)
+        second = None
+        if status == "remeasure":
+            fresh_dir = workdir / f"fresh_{spec.name}_{k}"
+            with WorkerClient(workdir=fresh_dir, settings=eval_settings) as fresh:
+                again = fresh.evaluate(spec, candidate, baseline)
+            if again.outcome is Outcome.OK:
+                second = speedup_interval(
+                    again.metadata["samples"],
+                    again.metadata["incumbent_samples"],
+                    np.random.default_rng([seed, k, 1]),
+                    settings,
+                )
+                status = decide(first, settings, second)
+            else:
+                status = f"not_confirmed ({again.outcome.value})"
+        rows.append(
+            {
+                "comparison": k,
+                "first": first.to_dict(),
+                "second": None if second is None else second.to_dict(),
+                "status": status,
+            }
+        )
+        print(
+            f"  {spec.name} #{k}: speedup {first.speedup:.4f} "
+            f"[{first.low:.4f}, {first.high:.4f}] -> {status}",
+            flush=True,
+        )
+    across = [_cv(v) for v in medians.values() if len(v) > 1]
+    return {
+        "kernel": spec.name,
+        "timed_cases": [c.label for c in timed],
+        "comparisons": rows,
+        "first_stage_passes": sum(1 for r in rows if r["second"] is not None),
+        "false_accepts": sum(1 for r in rows if r["status"] == "accepted"),
+        "held": sum(1 for r in rows if r["status"] == "held"),
+        "within_cv_median": statistics.median(within_cv) if within_cv else 0.0,
+        "across_cv_median": statistics.median(across) if across else 0.0,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--registry", type=Path, default=ROOT / "examples" / "registry")
+    parser.add_argument("--comparisons", type=int, default=35, help="per kernel")
+    parser.add_argument("--kernels", default="", help="comma-separated subset")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="run in Triton's interpreter on the CPU (checks the script works; no GPU figures)",
+    )
+    args = parser.parse_args()
+
+    import torch
+
+    device = "cuda"
+    if args.smoke:
+        device = "cpu"
+    elif not torch.cuda.is_available():
+        print("aa_gpu.py needs a CUDA GPU (use bench/aa_replay.py on a CPU machine, or --smoke)")
+        return 2
+    wanted = {k for k in args.kernels.split(",") if k}
+    specs = [s for s in scan_registry(args.registry).entries if not wanted or s.name in wanted]
+    started = time.monotonic()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="ktuned-aa-") as tmp:
+        for spec in specs:
+            print(f"{spec.name}:", flush=True)
+            results.append(run_kernel(spec, args.comparisons, args.seed, Path(tmp), device))
+    name = torch.cuda.get_device_name() if device == "cuda" else "CPU (interpreter smoke run)"
+    total = sum(len(r["comparisons"]) for r in results)
+    false = sum(r["false_accepts"] for r in results)
+    print()
+    print(f"A/A on {name} ({datetime.date.today()}), {time.monotonic() - started:.0f} s")
+    print(
+        "| kernel | comparisons | first-stage passes | false accepts | held "
+        "| CV within a measurement | CV of medians across measurements |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for r in results:
+        print(
+            f"| {r['kernel']} | {len(r['comparisons'])} | {r['first_stage_passes']} "
+            f"| {r['false_accepts']} | {r['held']} | {100 * r['within_cv_median']:.2f} % "
+            f"| {100 * r['across_cv_median']:.2f} % |"
+        )
+    rate = false / total if total else 0.0
+    print(
+        f"| all | {total} | {sum(r['first_stage_passes'] for r in results)} | {false} "
+        f"| {sum(r['held'] for r in results)} | | |"
+    )
+    print(f"false-improvement rate: {100 * rate:.2f} % ({false}/{total})")
+    if args.out is not None:
+        args.out.write_text(json.dumps({"device": name, "results": results}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
