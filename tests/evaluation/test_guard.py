@@ -45,3 +45,31 @@ def test_triton_may_spawn_and_write_candidate_code_may_not(tmp_path: Path) -> No
         "starting a process (subprocess)",
         f"writing a file outside the worker ({tmp_path / 'outside'})",
     ]
+
+
+STREAM = (
+    "import torch\n"
+    "def side_stream():\n"
+    "    return torch.cuda.Stream()\n"
+)
+
+
+def test_torch_may_build_streams_candidate_code_may_not(tmp_path: Path) -> None:
+    """``Event.record()`` reaches ``torch.cuda.Stream`` through ``current_stream()``: PyTorch
+    acting must pass (the GPU timing path), a candidate creating a side stream must not."""
+    torch_internal = types.ModuleType("torch.cuda.ktuned_test_shim")
+    exec(STREAM, torch_internal.__dict__)
+    candidate = types.ModuleType("ktuned_candidate_stream")
+    exec(STREAM, candidate.__dict__)
+    guard = Guard(candidate_modules={"ktuned_candidate_stream"}, writable=[tmp_path], poison=None)
+    with guard:
+        try:
+            torch_internal.side_stream()  # the real constructor runs (and fails without CUDA)
+        except PermissionError:
+            pytest.fail("PyTorch's own Stream construction was refused")
+        except Exception:  # a CPU-only build cannot make a CUDA stream
+            pass
+        assert guard.violations == []
+        with pytest.raises(PermissionError):
+            candidate.side_stream()
+    assert guard.violations == ["a side CUDA stream (torch.cuda.Stream)"]

@@ -220,9 +220,13 @@ class Guard:
     def _patch_streams(self) -> None:
         import torch
 
+        # PyTorch itself builds Stream objects (``torch.cuda.current_stream()``, which every
+        # ``Event.record()`` calls): those pass, candidate code asking directly does not.
         for name in ("Stream", "stream", "set_stream", "ExternalStream"):
-            self._patch(torch.cuda, name, self._refuse(f"a side CUDA stream (torch.cuda.{name})"))
-        self._patch(torch, "Stream", self._refuse("a side stream (torch.Stream)"))
+            what = f"a side CUDA stream (torch.cuda.{name})"
+            self._patch(torch.cuda, name, self._refuse(what, getattr(torch.cuda, name, None)))
+        stream = getattr(torch, "Stream", None)
+        self._patch(torch, "Stream", self._refuse("a side stream (torch.Stream)", stream))
 
     def _patch_clocks(self) -> None:
         for name in _CLOCK_FUNCS:
