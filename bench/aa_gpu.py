@@ -195,7 +195,16 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="ktuned-aa-") as tmp:
         for spec in specs:
             print(f"{spec.name}:", flush=True)
-            results.append(run_kernel(spec, args.comparisons, args.seed, Path(tmp), device))
+            r = run_kernel(spec, args.comparisons, args.seed, Path(tmp), device)
+            results.append(r)
+            print(  # per kernel as it ends, so a run cut short keeps what it measured
+                f"{spec.name}: {len(r['comparisons'])} comparisons, {r['false_accepts']} false "
+                f"accepts, CV within {100 * r['within_cv_median']:.2f} %, across "
+                f"{100 * r['across_cv_median']:.2f} %",
+                flush=True,
+            )
+            if args.out is not None:
+                args.out.write_text(json.dumps({"results": results}, indent=1))
     name = torch.cuda.get_device_name() if device == "cuda" else "CPU (interpreter smoke run)"
     total = sum(len(r["comparisons"]) for r in results)
     false = sum(r["false_accepts"] for r in results)

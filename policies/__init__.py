@@ -24,6 +24,7 @@ from typing import Any
 
 from policies.annealing import SimulatedAnnealingPolicy
 from policies.base import Config, KnobValue, Policy, SearchSpace, Suggestion, Trial, config_key
+from policies.batch import propose_batch
 from policies.flat import (
     DiscountedUCBPolicy,
     ThompsonPolicy,
@@ -55,6 +56,7 @@ __all__ = [
     "UnclusteredHierarchicalPolicy",
     "config_key",
     "make_policy",
+    "propose_batch",
     "restore_policy",
 ]
 

@@ -11,7 +11,7 @@ that are open, and there is always at least one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -60,6 +60,30 @@ class BanditState:
         stats.pulls += 1.0
         stats.reward_sum += reward
         self.total_pulls += 1.0
+
+    def with_pending(self, pending: Mapping[str, int]) -> BanditState:
+        """A copy in which each arm's suggestions still being evaluated count as pulls with
+        reward 0 (the batched-bandit correction; this state is left as it is).
+
+        With ``p_a`` pulls of arm ``a`` in flight and ``P = sum_a p_a``::
+
+            n'_a = n_a + p_a,   s'_a = s_a,   t' = t + P
+
+        so UCB's index becomes ``s_a / (n_a + p_a) + c * sqrt(ln(t + P) / (n_a + p_a))`` and
+        Thompson's posterior ``Beta(alpha_0 + s_a, beta_0 + n_a + p_a - s_a)``: every pending
+        pull lowers the arm's mean and its exploration bonus until its result is known, so a
+        batch spreads over the arms instead of piling onto the one that led when it started.
+        A pending pull counts as a failure would, pessimistically ("constant liar" with the
+        worst reward); its real reward replaces it once observed.
+        """
+        arms = {a: ArmStats(s.pulls, s.reward_sum) for a, s in self.arms.items()}
+        total = self.total_pulls
+        for arm, count in pending.items():
+            if count > 0:
+                stats = arms.setdefault(arm, ArmStats())
+                stats.pulls += count
+                total += count
+        return BanditState(arms=arms, total_pulls=total)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -11,9 +11,16 @@ Call order, for one kernel generation::
 
 ``trials`` is the whole evaluated history of the generation on this machine's fingerprint,
 including the baseline (``strategy == "original"``) and every failure, in evaluation order.
-A policy never suggests a configuration present in ``trials`` or ``pending``. All randomness
-comes from the ``rng`` passed in. Policies are not thread-safe; the caller serializes calls.
-This library never imports ``tuned``.
+A policy never suggests a configuration present in ``trials`` or ``pending``.
+
+Batches: ``pending`` holds the suggestions made but not observed yet (a batch being proposed,
+candidates compiling ahead or queued for the GPU). Besides never being proposed again, they
+count as pulls in flight for bandit policies: each is a pull of its arm with reward 0 until
+its trial is observed (``BanditState.with_pending``), so a batch does not pile onto the arm
+that led when it started. :func:`policies.batch.propose_batch` makes a batch this way.
+
+All randomness comes from the ``rng`` passed in. Policies are not thread-safe; the caller
+serializes calls. This library never imports ``tuned``.
 """
 
 from __future__ import annotations

@@ -15,11 +15,17 @@ One decision (``suggest``):
    spirit of KernelBand's profiling bounds; when it closes every arm, the arm with the
    fastest parent stays open).
 4. The selector (masked UCB by default) picks an open arm: ``mu + c * sqrt(ln t / n)``.
+   Suggestions still being evaluated (``pending``, when a batch is proposed or candidates
+   are compiled ahead) count as pulls of their arm with reward 0 until their results are
+   observed (:meth:`policies.arms.BanditState.with_pending`): ``n_a + p_a`` pulls, ``t + P``
+   in all, so a batch spreads over the arms instead of piling onto one.
 5. Level 2 picks the parent inside the cluster: the fastest candidate with a free neighbour
    for the strategy's knobs; when profiles exist, among the few fastest ones it prefers
    headroom on the strategy's target resource, ``-ln(t / t_fastest) + w * (1 - SOL)``.
 6. The parametric proposer (:mod:`policies.moves`) moves the parent's knobs of the
-   strategy's groups.
+   strategy's groups; for an LLM arm ``(cluster, llm:<strategy>)``, offered by the caller
+   through :meth:`HierarchicalPolicy.set_llm_strategies`, the caller has an LLM rewrite the
+   parent's code under the strategy instead.
 
 ``observe`` credits the arm with KernelBand's reward, the child's relative latency
 reduction versus its parent clipped at 0 (failures: 0). State (arm statistics, clustering,
@@ -29,8 +35,9 @@ recent rewards, prior) is a JSON-safe dataclass; everything else is rebuilt from
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -43,7 +50,13 @@ from policies.history import TrialLog
 from policies.masks import METRIC_OF, MaskSettings, open_arms
 from policies.moves import MoveSettings, NeighbourProposer
 from policies.parents import ParentQueues, headroom_choice
-from policies.strategies import STRATEGIES, Strategy, knob_groups, strategy_knobs
+from policies.strategies import (
+    STRATEGIES,
+    Strategy,
+    knob_groups,
+    llm_strategy_name,
+    strategy_knobs,
+)
 from policies.thompson import ThompsonSelector, ThompsonSettings
 from policies.ucb import UCBSelector, UCBSettings
 
@@ -135,10 +148,15 @@ class _Arm:
     strategy: Strategy
     knobs: tuple[int, ...]
     parent: int  # position in log.ok
+    llm: bool = False  # applied by an LLM rewrite of the parent (no knob move)
+
+    @property
+    def strategy_name(self) -> str:
+        return llm_strategy_name(self.strategy.name) if self.llm else self.strategy.name
 
     @property
     def name(self) -> str:
-        return f"{self.cluster}/{self.strategy.name}"
+        return f"{self.cluster}/{self.strategy_name}"
 
 
 class HierarchicalPolicy:
@@ -169,6 +187,7 @@ class HierarchicalPolicy:
         self._queues: ParentQueues | None = None
         self._strategy_knobs: list[tuple[Strategy, tuple[int, ...]]] = []
         self._profiled: set[str] = set()
+        self._llm: tuple[Strategy, ...] = ()
 
     # -- Policy protocol --------------------------------------------------------------------
 
@@ -184,9 +203,22 @@ class HierarchicalPolicy:
         taken = log.pending_codes(pending)
         if log.n_trials < self.settings.initial_random or not log.ok:
             move = self._proposer.random(log, rng, taken)
-            return None if move is None else Suggestion(knobs=log.index.decode(move.code))
+            if move is not None or not log.ok or not self._llm:
+                return None if move is None else Suggestion(knobs=log.index.decode(move.code))
+            # A small space, exhausted before the random phase ends: LLM arms go on.
         self._refresh_clusters(log, queues, rng)
-        arm = self._choose_arm(log, queues, rng, taken)
+        in_flight = Counter(s.arm for s in pending if s.arm is not None)
+        arm = self._choose_arm(log, queues, rng, taken, in_flight)
+        if arm is not None and arm.llm:
+            parent = log.ok[arm.parent]
+            assert parent.code is not None
+            return Suggestion(
+                knobs=log.index.decode(parent.code),
+                strategy=arm.strategy_name,
+                parent_id=parent.candidate_id,
+                arm=arm.name,
+                parent_time_s=parent.time_s,
+            )
         if arm is not None:
             parent = log.ok[arm.parent]
             assert parent.code is not None
@@ -234,7 +266,40 @@ class HierarchicalPolicy:
     ) -> HierarchicalPolicy:
         return cls(settings=settings, state=HierarchicalState.from_dict(state))
 
+    def set_llm_strategies(self, strategies: Sequence[Strategy]) -> None:
+        """Offer LLM arms ``(cluster, llm:<strategy>)`` for these strategies from the next
+        :meth:`suggest` on; ``()`` masks every LLM arm (no LLM, or its budget is spent).
+
+        An LLM arm's suggestion keeps its parent's knobs and names the strategy
+        ``"llm:<strategy>"``: the caller rewrites the parent's code under the strategy and
+        evaluates the result (the parent of an LLM arm is its cluster's fastest candidate).
+        The saturation and reach masks apply to LLM arms as to any other; they are never
+        exhausted, since a rewrite needs no free neighbour.
+        """
+        self._llm = tuple(strategies)
+
     # -- introspection for the daemon -------------------------------------------------------
+
+    def update_metrics(self, metrics: Mapping[str, Mapping[str, float]]) -> None:
+        """Merge metrics that arrived after a candidate's trial was digested.
+
+        Profiles are taken after a candidate is evaluated (and only for representatives and
+        new bests), so its ``Trial.metrics`` grow later; the incremental history would not
+        see that. ``metrics`` maps candidate id -> metrics; keys a trial does not have yet are
+        added, known ones are kept (compile metadata stays authoritative for what it says).
+        """
+        log = self._log
+        if log is None or not metrics:
+            return
+        for i, entry in enumerate(log.ok):
+            new = metrics.get(entry.candidate_id)
+            if not new or all(k in entry.metrics for k in new):
+                continue
+            updated = replace(entry, metrics={**new, **entry.metrics})
+            log.ok[i] = updated
+            if log.by_id.get(entry.candidate_id) is entry:
+                log.by_id[entry.candidate_id] = updated
+            self._profiled.update(m for m in METRIC_OF.values() if m in new)
 
     def representatives(self) -> dict[int, str]:
         """Cluster id -> candidate id of its representative (its fastest member).
@@ -311,7 +376,12 @@ class HierarchicalPolicy:
         bandit.total_pulls += pulls
 
     def _choose_arm(
-        self, log: TrialLog, queues: ParentQueues, rng: np.random.Generator, taken: set[int]
+        self,
+        log: TrialLog,
+        queues: ParentQueues,
+        rng: np.random.Generator,
+        taken: set[int],
+        in_flight: Mapping[str, int],
     ) -> _Arm | None:
         candidates = self._candidate_arms(log, queues)
         representative: dict[int, Mapping[str, float]] = {}
@@ -326,12 +396,13 @@ class HierarchicalPolicy:
         arms = self._reachable(log, [a for a in candidates if (a.cluster, a.strategy.name) in kept])
         while arms:
             for arm in arms:
-                self._seed_arm(arm.name, arm.strategy.name)
-            chosen = self._selector.select(self.state.bandit, [a.name for a in arms], rng)
+                self._seed_arm(arm.name, arm.strategy_name)
+            bandit = self.state.bandit.with_pending(in_flight) if in_flight else self.state.bandit
+            chosen = self._selector.select(bandit, [a.name for a in arms], rng)
             arm = next(a for a in arms if a.name == chosen)
             parent = log.ok[arm.parent].code
             assert parent is not None
-            if any(log.is_free(c, taken) for c in log.index.adjacent(parent, arm.knobs)):
+            if arm.llm or any(log.is_free(c, taken) for c in log.index.adjacent(parent, arm.knobs)):
                 return arm
             arms = [a for a in arms if a is not arm]  # only pending moves left there
         return None
@@ -351,7 +422,24 @@ class HierarchicalPolicy:
                 metric = METRIC_OF.get(strategy.target)
                 parent = headroom_choice(log, found, metric, self.settings.headroom_weight)
                 out.append(_Arm(cluster, strategy, knobs, parent))
+        if self._llm:
+            out += self._llm_arms(log, queues, incumbent)
         return out
+
+    def _llm_arms(self, log: TrialLog, queues: ParentQueues, incumbent: int) -> list[_Arm]:
+        """One LLM arm per (cluster, offered strategy), its parent the cluster's fastest
+        candidate within the knob space (the incumbent for the flat policies)."""
+        fastest: dict[int, int] = {}
+        for _, i in log.ranked:
+            if log.ok[i].code is not None:
+                fastest.setdefault(queues.labels[i], i)
+        if self.settings.parent == "incumbent":
+            fastest = {c: i for c, i in fastest.items() if i == incumbent}
+        return [
+            _Arm(cluster, strategy, (), parent, llm=True)
+            for cluster, parent in sorted(fastest.items())
+            for strategy in self._llm
+        ]
 
     def _reachable(self, log: TrialLog, arms: list[_Arm]) -> list[_Arm]:
         """The reach mask: arms whose parent one good step could take past the incumbent."""

@@ -38,11 +38,14 @@ from policies.base import KnobValue, SearchSpace
 __all__ = [
     "CONFIG",
     "KNOB_GROUPS",
+    "LLM_PREFIX",
     "RESOURCES",
     "STRATEGIES",
     "Strategy",
     "infer_knob_group",
     "knob_groups",
+    "llm_base_strategy",
+    "llm_strategy_name",
     "strategy_by_name",
     "strategy_knobs",
 ]
@@ -173,6 +176,22 @@ def strategy_by_name(name: str) -> Strategy:
     except KeyError:
         valid = ", ".join(_BY_NAME)
         raise ValueError(f"unknown strategy {name!r}; valid strategies: {valid}") from None
+
+
+#: Arms that apply a strategy by an LLM rewrite carry ``"llm:<strategy>"`` as their strategy.
+LLM_PREFIX = "llm:"
+
+
+def llm_strategy_name(name: str) -> str:
+    """The strategy name of an LLM rewrite under strategy ``name`` (``"llm:tiling"``)."""
+    return f"{LLM_PREFIX}{name}"
+
+
+def llm_base_strategy(name: str | None) -> str | None:
+    """``"tiling"`` for ``"llm:tiling"``; ``None`` for a parametric strategy name."""
+    if name is None or not name.startswith(LLM_PREFIX):
+        return None
+    return name[len(LLM_PREFIX) :]
 
 
 def _is_flag(values: Sequence[KnobValue]) -> bool:

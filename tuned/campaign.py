@@ -10,18 +10,37 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from policies import DEFAULT_POLICY, Policy, SearchSpace, Trial, make_policy, restore_policy
+from policies import (
+    DEFAULT_POLICY,
+    POLICIES,
+    HierarchicalPolicy,
+    Policy,
+    SearchSpace,
+    Suggestion,
+    Trial,
+    make_policy,
+    propose_batch,
+    restore_policy,
+)
+from policies.masks import MaskSettings
+from policies.strategies import llm_base_strategy, llm_strategy_name
 from tuned.acceptance import AcceptanceSettings, Interval, decide, speedup_interval
 from tuned.evaluation.client import WorkerClient
+from tuned.llm.gate import gate_result
 from tuned.outcomes import Candidate, EvalResult, Outcome, Provenance
 from tuned.registry.spec import KernelSpec
 from tuned.store.base import TrialRow
 from tuned.store.sqlite import SqliteStore
+
+if TYPE_CHECKING:
+    from tuned.llm.proposer import LlmProposer
+    from tuned.profiling import HardwareFeedback
 
 __all__ = ["Campaign", "CampaignSummary", "TuneSettings"]
 
@@ -76,6 +95,9 @@ class Campaign:
         settings: TuneSettings,
         on_result: OnResult | None = None,
         acceptance: AcceptanceSettings | None = None,
+        hardware: HardwareFeedback | None = None,
+        masks: MaskSettings | None = None,
+        llm: LlmProposer | None = None,
     ) -> None:
         self.spec = spec
         self.store = store
@@ -84,6 +106,12 @@ class Campaign:
         self.settings = settings
         self.on_result = on_result
         self.acceptance = acceptance or AcceptanceSettings()
+        #: Profiles and roofline figures (docs/profiling.md); ``None``: none are taken.
+        self.hardware = hardware
+        #: Saturation thresholds of the hierarchical policies' masks (their defaults: None).
+        self.masks = masks
+        #: Rewrites for the policy's LLM arms (docs/llm.md); ``None``: LLM arms stay masked.
+        self.llm = llm
         self.note = ""
         self._policy: Policy | None = None
 
@@ -107,7 +135,9 @@ class Campaign:
         trials = self._trials()
         baseline = next((t for t in trials if t.provenance is Provenance.ORIGINAL), None)
         if baseline is None:
-            return self.evaluate(self._baseline_candidate())
+            first = self.evaluate(self._baseline_candidate())
+            self._hardware_feedback()
+            return first
         if baseline.result.outcome is not Outcome.OK:
             self.note = (
                 f"the original fails ({baseline.result.outcome.value}: "
@@ -120,20 +150,24 @@ class Campaign:
         if self._policy is None:
             self._policy = self._load_policy()
         rng = np.random.default_rng([self.settings.seed, len(trials)])
-        space = SearchSpace(knobs=self.spec.knobs)
-        suggestion = self._policy.suggest(space, [_as_policy_trial(t) for t in trials], rng)
-        if suggestion is None:
+        space = self._space()
+        known = self.hardware.metrics(self.spec) if self.hardware is not None else {}
+        if known and isinstance(self._policy, HierarchicalPolicy):
+            self._policy.update_metrics(known)  # profiles taken since the trials were read
+        policy_trials = [_as_policy_trial(t, known.get(t.candidate_id)) for t in trials]
+        self._offer_llm_arms()
+        suggestion = self._policy.suggest(space, policy_trials, rng)
+        candidate = None if suggestion is None else self._propose(suggestion, trials, known)
+        if suggestion is not None and candidate is None:
+            # The LLM gave nothing to evaluate (recorded in its attempt log): a pull without
+            # reward, then this step decides again with the LLM arms masked.
+            self._policy.observe(suggestion, _nothing_evaluated(suggestion))
+            self._offer_llm_arms(masked=True)
+            suggestion = self._policy.suggest(space, policy_trials, rng)
+            candidate = None if suggestion is None else self._propose(suggestion, trials, known)
+        if suggestion is None or candidate is None:
             self.note = "knob space exhausted"
             return None
-        candidate = Candidate(
-            kernel=self.spec.name,
-            generation=self.spec.generation,
-            source=self.spec.module_source,
-            knobs=dict(suggestion.knobs),
-            provenance=Provenance.PARAMETRIC,
-            strategy=suggestion.strategy,
-            parent_id=suggestion.parent_id,
-        )
         row = self.evaluate(candidate)
         self._policy.observe(suggestion, _as_policy_trial(row))
         self.store.save_policy_state(
@@ -143,6 +177,7 @@ class Campaign:
             self.settings.policy,
             self._policy.to_dict(),
         )
+        self._hardware_feedback()
         return row
 
     def run(self) -> CampaignSummary:
@@ -150,6 +185,165 @@ class Campaign:
         while self.step() is not None:
             pass
         return self.summary()
+
+    def rewrite(self, strategy: str, parent_id: str | None = None) -> TrialRow | None:
+        """One LLM rewrite of ``parent_id`` (default: the incumbent) under ``strategy``,
+        evaluated like every candidate, outside the bandit (no arm is credited).
+
+        ``None`` when no LLM is configured, the strategy is not offered, the parent has no
+        successful evaluation, or the reply held nothing to evaluate (the attempt log says
+        why)."""
+        trials = self._trials()
+        incumbent = self._incumbent()
+        wanted = parent_id or (None if incumbent is None else incumbent.id)
+        row = next((t for t in trials if t.candidate_id == wanted), None)
+        if row is None or row.result.outcome is not Outcome.OK:
+            return None
+        suggestion = Suggestion(
+            knobs=row.knobs, strategy=llm_strategy_name(strategy), parent_id=row.candidate_id
+        )
+        candidate = self._propose(suggestion, trials, {})
+        return None if candidate is None else self.evaluate(candidate)
+
+    # -- batches: tuned.pipeline compiles them ahead while the GPU evaluates one at a time
+
+    def propose_batch(
+        self, size: int, pending: Sequence[Suggestion] = ()
+    ) -> list[tuple[Suggestion, Candidate]]:
+        """Up to ``size`` more candidates, chosen now and evaluated later, with ``pending``
+        (chosen earlier, not observed yet) counted as pulls in flight
+        (:func:`policies.propose_batch`); observe each with :meth:`observe` once evaluated.
+
+        Empty when the baseline has no result yet (:meth:`step` evaluates it), when the
+        campaign is finished (``self.note`` says why), or when the budget is taken up by what
+        is evaluated and pending. An LLM suggestion whose reply held nothing to evaluate is
+        observed as a pull without reward and leaves a gap in the batch.
+        """
+        trials = self._trials()
+        baseline = next((t for t in trials if t.provenance is Provenance.ORIGINAL), None)
+        if baseline is None:
+            return []
+        if baseline.result.outcome is not Outcome.OK:
+            self.note = (
+                f"the original fails ({baseline.result.outcome.value}: "
+                f"{baseline.result.reason}); fix the entry, nothing was tuned"
+            )
+            return []
+        done = sum(1 for t in trials if t.provenance is not Provenance.ORIGINAL)
+        if self.settings.budget is not None:
+            size = min(size, self.settings.budget - done - len(pending))
+        if size <= 0:
+            return []
+        if self._policy is None:
+            self._policy = self._load_policy()
+        rng = np.random.default_rng([self.settings.seed, len(trials), len(pending)])
+        known = self.hardware.metrics(self.spec) if self.hardware is not None else {}
+        if known and isinstance(self._policy, HierarchicalPolicy):
+            self._policy.update_metrics(known)
+        policy_trials = [_as_policy_trial(t, known.get(t.candidate_id)) for t in trials]
+        self._offer_llm_arms()
+        space = self._space()
+        batch = propose_batch(self._policy, space, policy_trials, rng, size, pending=pending)
+        if not batch and not pending:
+            self.note = "knob space exhausted"
+        out = []
+        for suggestion in batch:
+            candidate = self._propose(suggestion, trials, known)
+            if candidate is None:
+                self._policy.observe(suggestion, _nothing_evaluated(suggestion))
+                continue
+            out.append((suggestion, candidate))
+        return out
+
+    def observe(self, suggestion: Suggestion, row: TrialRow) -> None:
+        """Credit the policy with the evaluated ``row`` of a batch's ``suggestion`` and save
+        its state (what :meth:`step` does after its own evaluation)."""
+        if self._policy is None:
+            self._policy = self._load_policy()
+        self._policy.observe(suggestion, _as_policy_trial(row))
+        self.store.save_policy_state(
+            self.spec.name,
+            self.spec.generation,
+            self.fingerprint,
+            self.settings.policy,
+            self._policy.to_dict(),
+        )
+        self._hardware_feedback()
+
+    def record(self, candidate: Candidate, result: EvalResult, *, wall_s: float) -> TrialRow:
+        """Record ``result`` as ``candidate``'s evaluation without running it in the worker:
+        the outcome of a failure found before the GPU (the compile pool's)."""
+        self.store.add_candidate(candidate)
+        self.store.record_evaluation(
+            candidate, self.fingerprint, result, started_at=time.time() - wall_s, wall_s=wall_s
+        )
+        if self.on_result is not None:
+            self.on_result(self.spec, candidate, result, self.summary())
+        return TrialRow(
+            candidate_id=candidate.id,
+            knobs=candidate.knobs,
+            provenance=candidate.provenance,
+            strategy=candidate.strategy,
+            parent_id=candidate.parent_id,
+            source_hash="",
+            result=result,
+            wall_s=wall_s,
+        )
+
+    # -- proposals (the parametric move, or the LLM proposer's rewrite)
+
+    def _offer_llm_arms(self, *, masked: bool = False) -> None:
+        """Tell the policy which LLM arms are open: none without an LLM, when masked, or
+        when the proposer cannot afford a request (the token budget is spent)."""
+        if isinstance(self._policy, HierarchicalPolicy):
+            offered = () if masked or self.llm is None else self.llm.open_strategies(self.spec)
+            self._policy.set_llm_strategies(offered)
+
+    def _propose(
+        self,
+        suggestion: Suggestion,
+        trials: list[TrialRow],
+        known: Mapping[str, Mapping[str, float]],
+    ) -> Candidate | None:
+        """The candidate of ``suggestion``: a knob move of its parent's module, or for an LLM
+        arm (strategy ``llm:<name>``) the LLM's rewrite of the parent (``None``: the reply
+        held nothing to evaluate)."""
+        parent = None
+        if suggestion.parent_id is not None:
+            parent = self.store.candidate(suggestion.parent_id, self.spec.generation)
+        base = llm_base_strategy(suggestion.strategy)
+        if base is None:
+            return Candidate(
+                kernel=self.spec.name,
+                generation=self.spec.generation,
+                # A move from an LLM-written parent keeps the parent's code.
+                source=self.spec.module_source if parent is None else parent.source,
+                knobs=dict(suggestion.knobs),
+                provenance=Provenance.PARAMETRIC,
+                strategy=suggestion.strategy,
+                parent_id=suggestion.parent_id,
+            )
+        strategy = None if self.llm is None else self.llm.strategy_named(base)
+        if parent is None or strategy is None or self.llm is None:
+            return None
+        from tuned.llm.proposer import ParentInfo
+
+        rows = {t.candidate_id: t for t in trials}
+        parent_row = rows.get(parent.id)
+        baseline = next((t for t in trials if t.provenance is Provenance.ORIGINAL), None)
+        proposal = self.llm.propose(
+            self.spec,
+            ParentInfo(
+                candidate=parent,
+                time_s=None if parent_row is None else parent_row.result.time_s,
+                timing_kind="" if parent_row is None else parent_row.result.timing_kind,
+                profile=known.get(parent.id),
+            ),
+            strategy,
+            baseline_time_s=None if baseline is None else baseline.result.time_s,
+            known=lambda cid: self.store.candidate(cid, self.spec.generation) is not None,
+        )
+        return proposal.candidate
 
     # -- steps
 
@@ -166,17 +360,21 @@ class Campaign:
             strategy="original",
         )
 
-    def evaluate(self, candidate: Candidate) -> TrialRow:
+    def evaluate(
+        self, candidate: Candidate, *, phases: Mapping[str, float] | None = None
+    ) -> TrialRow:
         """Record, evaluate and store one candidate (the path every candidate takes).
 
         A correct candidate is timed interleaved with the incumbent; if it looks faster, the
         acceptance rule (:mod:`tuned.acceptance`) decides, re-measuring it in a fresh worker.
+        ``phases``: seconds the candidate spent before the worker (compile pool, queue), kept
+        with the worker's own in the result's ``phase_seconds``.
         """
         self.store.add_candidate(candidate)
         incumbent = None
         if candidate.provenance is not Provenance.ORIGINAL:
             incumbent = self._incumbent()
-        result, wall = self._measure(candidate, incumbent)
+        result, wall = self._measure(candidate, incumbent, phases=phases)
         if incumbent is not None and result.outcome is Outcome.OK:
             self._judge(candidate, incumbent, result)
         if self.on_result is not None:
@@ -193,12 +391,18 @@ class Campaign:
         )
 
     def _measure(
-        self, candidate: Candidate, incumbent: Candidate | None, *, remeasure: bool = False
+        self,
+        candidate: Candidate,
+        incumbent: Candidate | None,
+        *,
+        remeasure: bool = False,
+        phases: Mapping[str, float] | None = None,
     ) -> tuple[EvalResult, float]:
         started = time.time()
         t0 = time.monotonic()
         original = candidate.provenance is Provenance.ORIGINAL
-        result = self.client.evaluate(
+        # LLM-written modules pass the full static gate first (tuned.llm.gate).
+        result = gate_result(self.spec, candidate) or self.client.evaluate(
             self.spec,
             candidate,
             incumbent,
@@ -208,6 +412,8 @@ class Campaign:
         wall = time.monotonic() - t0
         if remeasure:
             result = replace(result, metadata={**result.metadata, "remeasure": True})
+        if phases:
+            result = replace(result, phase_seconds={**phases, **result.phase_seconds})
         self.store.record_evaluation(
             candidate, self.fingerprint, result, started_at=started, wall_s=wall
         )
@@ -248,13 +454,40 @@ class Campaign:
             second=None if second is None else second.to_dict(),
         )
 
+    def _space(self) -> SearchSpace:
+        """The knob space; an evaluator that knows which configurations exist (a replay of a
+        recorded cache: ``admits``) restricts it, so no evaluation is spent outside it."""
+        admits = getattr(self.client, "admits", None)
+        return SearchSpace(knobs=self.spec.knobs, is_valid=admits if callable(admits) else None)
+
     def _load_policy(self) -> Policy:
         state = self.store.policy_state(
             self.spec.name, self.spec.generation, self.fingerprint, self.settings.policy
         )
+        cls = POLICIES.get(self.settings.policy)
+        if self.masks is not None and isinstance(cls, type) and issubclass(cls, HierarchicalPolicy):
+            settings = replace(cls.default_settings, masks=self.masks)
+            return cls.from_dict(state, settings=settings) if state else cls(settings=settings)
         if state is not None:
             return restore_policy(self.settings.policy, state)
         return make_policy(self.settings.policy)
+
+    def _hardware_feedback(self) -> None:
+        """Profiles and roofline figures of the candidates whose hardware figures matter: the
+        incumbent (the baseline at first), then each cluster's representative (its profile
+        decides the cluster's masks). Cached per candidate and GPU model, so each is taken
+        once; :class:`~tuned.profiling.HardwareFeedback` bounds the runs per step."""
+        if self.hardware is None:
+            return
+        trials = {t.candidate_id: t for t in self._trials()}
+        wanted: list[str] = []
+        incumbent = self.store.incumbent(self.spec.name, self.spec.generation, self.fingerprint)
+        baseline = next((t for t in trials.values() if t.provenance is Provenance.ORIGINAL), None)
+        wanted.append(incumbent or (baseline.candidate_id if baseline else ""))
+        if isinstance(self._policy, HierarchicalPolicy):
+            wanted += self._policy.representatives().values()
+        rows = [trials[cid] for cid in dict.fromkeys(wanted) if cid in trials]
+        self.hardware.refresh(self.spec, self.fingerprint, rows)
 
     def summary(self) -> CampaignSummary:
         """Figures from the store: every evaluation of this generation on this fingerprint;
@@ -281,7 +514,21 @@ def _interval(result: EvalResult, settings: AcceptanceSettings, seed: int) -> In
     return speedup_interval(samples, incumbent, np.random.default_rng(seed), settings)
 
 
-def _as_policy_trial(row: TrialRow) -> Trial:
+def _nothing_evaluated(suggestion: Suggestion) -> Trial:
+    """The policy's view of an LLM pull whose reply held nothing to evaluate: a failure."""
+    return Trial(
+        candidate_id="",
+        knobs=suggestion.knobs,
+        outcome="no_candidate",
+        time_s=None,
+        strategy=suggestion.strategy,
+        parent_id=suggestion.parent_id,
+    )
+
+
+def _as_policy_trial(row: TrialRow, profile: Mapping[str, float] | None = None) -> Trial:
+    """The policy's view of a stored trial; ``profile``: its profile metrics, if profiled
+    (merge with compile metadata: :func:`tuned.profiling.merge_metrics`)."""
     return Trial(
         candidate_id=row.candidate_id,
         knobs=row.knobs,
@@ -289,4 +536,5 @@ def _as_policy_trial(row: TrialRow) -> Trial:
         time_s=row.result.time_s,
         strategy=row.strategy or row.provenance.value,
         parent_id=row.parent_id,
+        metrics=dict(profile or {}),
     )

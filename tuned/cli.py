@@ -35,6 +35,10 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _workers(text: str) -> int | None:
+    return None if text == "auto" else _positive_int(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from policies import DEFAULT_POLICY, POLICIES
 
@@ -87,6 +91,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=300.0,
         help="deadline in seconds of each evaluation phase (default: 300)",
     )
+    tune.add_argument(
+        "--compile-workers",
+        type=_workers,
+        default=None,
+        metavar="N|auto",
+        help="CPU processes compiling candidates ahead while the GPU measures; 0: compile "
+        "in the GPU worker, one candidate at a time (default: auto, the cores minus one "
+        "on a GPU, 0 in the interpreter)",
+    )
     state_dir(tune)
 
     status = sub.add_parser("status", help="kernels in the store, their best and their state")
@@ -119,6 +132,25 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="PNG plots and an HTML summary of the store")
     report.add_argument("--out", type=Path, required=True, help="directory to write into")
     state_dir(report)
+
+    export = sub.add_parser(
+        "export", help="a kernel's bests as a directory that runs without ktuned"
+    )
+    export.add_argument("kernel")
+    export.add_argument("--out", type=Path, default=None, help="directory to write (a package)")
+    export.add_argument(
+        "--format",
+        choices=("directory", "triton-configs"),
+        default="directory",
+        help="directory (default) or triton-configs: print triton.Config lists",
+    )
+    state_dir(export)
+
+    budget = sub.add_parser("budget", help="LLM token spend and what is left (docs/llm.md)")
+    budget.add_argument(
+        "--config", type=Path, default=None, help="the daemon's YAML configuration (its caps)"
+    )
+    state_dir(budget)
     return parser
 
 
@@ -141,6 +173,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(args)
         if args.command == "report":
             return _report(args)
+        if args.command == "export":
+            return _export(args)
+        if args.command == "budget":
+            return _budget(args)
         return _registry_check(args)
     except BadInputError as exc:
         print(f"ktuned: error: {exc}", file=sys.stderr)
@@ -165,6 +201,7 @@ def _open_store(args: argparse.Namespace) -> tuple[SqliteStore, Path]:
 
 
 def _tune(args: argparse.Namespace) -> int:
+    from tuned.pipeline import compile_workers_for
     from tuned.registry import format_problems
     from tuned.tuning import detect_interpreter, tune_registry
 
@@ -198,6 +235,7 @@ def _tune(args: argparse.Namespace) -> int:
             settings=settings,
             evaluation=evaluation,
             on_start=on_start,
+            compile_workers=compile_workers_for(args.compile_workers, interpreter=interpreter),
         )
     finally:
         if progress:
@@ -207,10 +245,13 @@ def _tune(args: argparse.Namespace) -> int:
         print(f"Skipped invalid entries:\n{format_problems(report.problems)}\n")
     fp = report.fingerprint
     device = "CPU, Triton interpreter" if fp.get("mode") == "interpreter" else fp.get("gpu_model")
-    print(
-        f"Device: {device}; triton {fp.get('triton')}, torch {fp.get('torch')}; "
-        f"store: {state / 'ktuned.sqlite'}"
-    )
+    if fp.get("mode") == "replay":  # only replay entries: nothing ran here
+        print(f"Device: none, replayed measurements of {device}; store: {state / 'ktuned.sqlite'}")
+    else:
+        print(
+            f"Device: {device}; triton {fp.get('triton')}, torch {fp.get('torch')}; "
+            f"store: {state / 'ktuned.sqlite'}"
+        )
     print(summary_table(report.summaries))
     return EXIT_OK
 
@@ -237,6 +278,11 @@ def _status(args: argparse.Namespace) -> int:
             summary.note = "" if k.state == "active" else f"state {k.state}"
             rows.append(summary)
         print(summary_table(rows))
+        from tuned.runtime.notes import status_notes
+
+        notes = status_notes(store)
+        if notes:
+            print(notes)
         for directory, problems in invalid.items():
             print(f"\ninvalid entry {directory}:\n{problems}")
     finally:
@@ -299,10 +345,15 @@ def _registry_check(args: argparse.Namespace) -> int:
 
     scan = scan_registry(args.path)
     for spec in scan.entries:
-        print(
-            f"ok       {spec.name}: {len(spec.shapes)} shapes, {len(spec.dtypes)} dtypes, "
-            f"{spec.space_size() if spec.knobs else 0} knob configurations"
-        )
+        space = spec.space_size() if spec.knobs else 0
+        if spec.replay is not None:
+            what = f"replay of {spec.module} ({spec.replay.device})"
+        else:
+            what = f"{len(spec.shapes)} shapes, {len(spec.dtypes)} dtypes"
+        found = " (discovered)" if spec.knobs and not spec.knobs_declared else ""
+        print(f"ok       {spec.name}: {what}, {space} knob configurations{found}")
+        for notice in spec.notices:
+            print(f"note     {notice}")
     if scan.problems:
         print(format_problems(scan.problems))
     print(f"{len(scan.entries)} entries ok, {len(scan.invalid)} invalid")
@@ -331,6 +382,27 @@ def _report(args: argparse.Namespace) -> int:
     finally:
         store.close()
     print(f"report of {state / 'ktuned.sqlite'}: {index}")
+    return EXIT_OK
+
+
+def _export(args: argparse.Namespace) -> int:
+    from tuned.runtime.export import export_command
+
+    store, _ = _open_store(args)
+    try:
+        print(export_command(store, args.kernel, args.out, args.format), end="")
+    finally:
+        store.close()
+    return EXIT_OK
+
+
+def _budget(args: argparse.Namespace) -> int:
+    from tuned.daemon import DaemonConfig, load_config
+    from tuned.llm.budget import budget_report
+
+    config = load_config(args.config) if args.config else DaemonConfig()
+    state = args.state_dir or config.state_dir
+    print(budget_report(state / "ktuned.sqlite", config.llm, source=config.source), end="")
     return EXIT_OK
 
 

@@ -1,7 +1,9 @@
 """A bounded tuning run over a registry: what ``ktuned tune`` does.
 
 Scan the registry (invalid entries are recorded and reported, the rest go on), record every
-valid entry's generation, start one evaluation worker, then run each kernel's campaign in turn.
+valid entry's generation, start one evaluation worker (when a Triton entry needs one; a
+replay entry gets its own :class:`~tuned.evaluation.replay.ReplayClient`), then run each
+kernel's campaign in turn.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 from tuned.campaign import Campaign, CampaignSummary, OnResult, TuneSettings
 from tuned.errors import BadInputError
 from tuned.evaluation.client import EvaluationSettings, WorkerClient
+from tuned.evaluation.replay import ReplayClient
 from tuned.registry import KernelSpec, Problem, scan_registry
 from tuned.store.sqlite import SqliteStore
 
@@ -65,11 +68,13 @@ def tune_registry(
     settings: TuneSettings,
     evaluation: EvaluationSettings,
     on_start: Callable[[int], OnResult | None] | None = None,
+    compile_workers: int = 0,
 ) -> TuneReport:
     """Tune every valid entry under ``path`` (a registry directory or one entry).
 
     ``on_start(total_evaluations)`` is called once the work is known and may return a
-    per-evaluation callback (the progress bar).
+    per-evaluation callback (the progress bar). ``compile_workers > 0``: Triton entries are
+    evaluated through a compile pool of that many processes (:mod:`tuned.pipeline`).
     """
     scan = scan_registry(path)
     for directory, problems in scan.invalid.items():
@@ -87,16 +92,37 @@ def tune_registry(
     for spec in specs:
         if store.sync_kernel(spec):
             log.info("%s: generation %s", spec.name, spec.generation[:12])
+        for notice in spec.notices:
+            log.info("%s: %s", spec.name, notice)
+    # One worker for the Triton entries (started only if there is one), and one replay
+    # client per replay entry: each with its own fingerprint (replays record their device).
     with WorkerClient(workdir=state_dir / "workers" / "0", settings=evaluation) as client:
-        fingerprint = client.start()
-        fid = store.record_fingerprint(fingerprint)
-        campaigns = [
-            Campaign(spec=spec, store=store, client=client, fingerprint=fid, settings=settings)
-            for spec in specs
-        ]
+        fingerprint: dict[str, str] = {}
+        campaigns = []
+        for spec in specs:
+            own: WorkerClient = client if spec.replay is None else ReplayClient(spec)
+            started = own.start()
+            if spec.replay is None or not fingerprint:
+                fingerprint = started  # the worker's, else the first replay's
+            fid = store.record_fingerprint(started)
+            campaigns.append(
+                Campaign(spec=spec, store=store, client=own, fingerprint=fid, settings=settings)
+            )
         callback = on_start(sum(c.remaining() for c in campaigns)) if on_start else None
+        pipeline = None
+        if compile_workers > 0 and any(c.spec.replay is None for c in campaigns):
+            from tuned.pipeline import pipeline_for
+
+            pipeline = pipeline_for(client, workers=compile_workers)
         summaries = []
-        for campaign in campaigns:
-            campaign.on_result = callback
-            summaries.append(campaign.run())
+        try:
+            for campaign in campaigns:
+                campaign.on_result = callback
+                if pipeline is not None and campaign.spec.replay is None:
+                    summaries.append(pipeline.run(campaign))
+                else:
+                    summaries.append(campaign.run())
+        finally:
+            if pipeline is not None:
+                pipeline.close()
     return TuneReport(summaries=summaries, problems=list(scan.problems), fingerprint=fingerprint)

@@ -69,7 +69,9 @@ def test_every_cheat_and_fault_is_caught_and_nothing_is_lost(
                 generation=spec.generation,
                 source=path.read_text(),
                 knobs={},
-                provenance=Provenance.LLM,
+                # Not LLM: the LLM static gate would stop most of these before any worker time
+                # (tests/llm/test_llm_gate.py); here the worker's runtime defenses must hold.
+                provenance=Provenance.PARAMETRIC,
                 strategy="adversarial",
             )
             result = campaign.evaluate(candidate).result

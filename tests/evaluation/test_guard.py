@@ -47,11 +47,7 @@ def test_triton_may_spawn_and_write_candidate_code_may_not(tmp_path: Path) -> No
     ]
 
 
-STREAM = (
-    "import torch\n"
-    "def side_stream():\n"
-    "    return torch.cuda.Stream()\n"
-)
+STREAM = "import torch\ndef side_stream():\n    return torch.cuda.Stream()\n"
 
 
 def test_torch_may_build_streams_candidate_code_may_not(tmp_path: Path) -> None:

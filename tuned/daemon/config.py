@@ -19,7 +19,9 @@ from typing import Any
 import yaml
 
 from policies import DEFAULT_POLICY
+from policies.masks import MaskSettings
 from tuned.errors import BadInputError
+from tuned.llm.settings import LlmSettings, llm_checks
 
 __all__ = [
     "ConfigError",
@@ -27,6 +29,7 @@ __all__ = [
     "EvaluationConfig",
     "GpuConfig",
     "MetricsConfig",
+    "ProfilingConfig",
     "RegistryConfig",
     "SchedulerConfig",
     "default_registry",
@@ -85,9 +88,14 @@ class GpuConfig:
 
 @dataclass(frozen=True)
 class EvaluationConfig:
+    """``compile_workers``: CPU processes compiling candidates ahead while the GPU measures
+    (docs/evaluation.md, "Throughput"); ``None`` (``auto``): the cores minus one on a GPU,
+    none in the interpreter; ``0``: compile in the GPU worker, one candidate at a time."""
+
     phase_timeout_s: float = 300.0
     startup_timeout_s: float = 180.0
     interpreter_max_size: int = 1 << 22
+    compile_workers: int | None = None
 
 
 @dataclass(frozen=True)
@@ -106,6 +114,22 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True)
+class ProfilingConfig:
+    """Hardware feedback (docs/profiling.md): Nsight Compute profiles of cluster
+    representatives and new bests, which mask saturated strategies, and roofline fractions
+    against the GPU's measured peaks. Off by itself in interpreter mode; a missing ``ncu`` or
+    a permission error turns profiling off with one log line, tuning goes on unmasked."""
+
+    enabled: bool = True
+    ncu: str = "ncu"
+    deadline_s: float = 300.0
+    launch_count: int = 6
+    per_step: int = 1
+    roofline: bool = True
+    thresholds: MaskSettings = field(default_factory=MaskSettings)
+
+
+@dataclass(frozen=True)
 class DaemonConfig:
     state_dir: Path = field(default_factory=_default_state_dir)
     device: str = "auto"
@@ -117,6 +141,9 @@ class DaemonConfig:
     gpu: GpuConfig = field(default_factory=GpuConfig)
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    profiling: ProfilingConfig = field(default_factory=ProfilingConfig)
+    #: The LLM proposer and its token budget (docs/llm.md); off unless base_url and model set.
+    llm: LlmSettings = field(default_factory=LlmSettings)
     source: str = "(built-in defaults)"
 
 
@@ -169,6 +196,12 @@ def _path(value: object) -> tuple[Any, str | None]:
     return None, "a non-empty path"
 
 
+def _path_text(value: object) -> tuple[Any, str | None]:
+    if isinstance(value, str) and value.strip():
+        return os.path.expanduser(value.strip()), None
+    return None, "a program name or path, e.g. ncu or /usr/local/cuda/bin/ncu"
+
+
 def _listen(value: object) -> tuple[Any, str | None]:
     allowed = "HOST:PORT with a port in 0..65535, e.g. 127.0.0.1:9474 or [::1]:9474"
     if not isinstance(value, str) or ":" not in value:
@@ -177,6 +210,29 @@ def _listen(value: object) -> tuple[Any, str | None]:
     if not host or not port.isdigit() or int(port) > 65535:
         return None, allowed
     return value, None
+
+
+def _boolean(value: object) -> tuple[Any, str | None]:
+    return (value, None) if isinstance(value, bool) else (None, "true or false")
+
+
+def _thresholds(value: object) -> tuple[Any, str | None]:
+    allowed = "a mapping of sm, dram, l2 to SOL fractions in (0, 1], e.g. {sm: 0.8, dram: 0.7}"
+    if not isinstance(value, Mapping) or not set(value) <= {"sm", "dram", "l2"}:
+        return None, allowed
+    if not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1
+        for v in value.values()
+    ):
+        return None, allowed
+    return MaskSettings(**{str(k): float(v) for k, v in value.items()}), None
+
+
+def _workers(value: object) -> tuple[Any, str | None]:
+    if value == "auto":
+        return None, None
+    number, allowed = _number(0, integer=True)(value)
+    return (number, None) if allowed is None else (None, "auto, or an integer >= 0")
 
 
 def _policy(value: object) -> tuple[Any, str | None]:
@@ -217,9 +273,23 @@ _SECTIONS: dict[str, tuple[type[Any], dict[str, Check]]] = {
             "phase_timeout_s": _number(1.0),
             "startup_timeout_s": _number(1.0),
             "interpreter_max_size": _number(1, integer=True),
+            "compile_workers": _workers,
         },
     ),
     "metrics": (MetricsConfig, {"listen": _listen}),
+    "profiling": (
+        ProfilingConfig,
+        {
+            "enabled": _boolean,
+            "ncu": _path_text,
+            "deadline_s": _number(1.0),
+            "launch_count": _number(1, integer=True),
+            "per_step": _number(0, integer=True),
+            "roofline": _boolean,
+            "thresholds": _thresholds,
+        },
+    ),
+    "llm": (LlmSettings, llm_checks()),
 }
 _TOP: dict[str, Check] = {
     "state_dir": _path,

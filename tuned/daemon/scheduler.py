@@ -12,13 +12,16 @@ For kernel ``k`` (its current generation on the current fingerprint)::
   ``W`` evaluations (optimism for the young), and at least ``floor_rate`` always, so every
   open kernel keeps a share.
 
-Tiers come before scores: (0) kernels without a baseline, by weight; (1) open kernels, by
-score; (2) converged kernels (no gain of at least ``min_gain`` in the last ``converge_after``
-evaluations) only once ``revisit_interval_s`` has passed since they were last evaluated.
-Exhausted kernels and kernels whose original fails wait for a new generation. A fingerprint
-change (driver, CUDA, Triton, PyTorch, GPU model) starts every kernel afresh: its history on
-the new fingerprint is empty, so it is new again. Ties go to the name, so picks are
-deterministic. The rule is documented in docs/service.md.
+Tiers come before scores: (-1) kernels with stale bests to re-validate (bests of an older
+software fingerprint of this device, see tuned/runtime/stale.py), by weight: what users run
+in production goes first, so it is trusted again soonest; (0) kernels without a baseline, by
+weight; (1) open kernels, by score; (2) converged kernels (no gain of at least ``min_gain``
+in the last ``converge_after`` evaluations) only once ``revisit_interval_s`` has passed
+since they were last evaluated. Exhausted kernels and kernels whose original fails wait for
+a new generation. A fingerprint change (driver, CUDA, Triton, PyTorch, GPU model) starts
+every kernel afresh: its history on the new fingerprint is empty, so it is new again (and
+its stale bests are evaluated right after its baseline: :meth:`Scheduler.revalidation`).
+Ties go to the name, so picks are deterministic. The rule is documented in docs/service.md.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class KernelTrack:
     failed: bool = False  # the original itself fails
     last_visit: float = float("-inf")
     recent_best: deque[float | None] = field(default_factory=deque)
+    stale: set[str] = field(default_factory=set)  # stale bests still to re-validate (ids)
 
     def state(self, config: SchedulerConfig) -> str:
         if self.failed:
@@ -81,6 +85,7 @@ class KernelTrack:
     def observe(self, row: TrialRow, config: SchedulerConfig, now: float) -> None:
         """Account for one evaluation result of this kernel."""
         self.last_visit = now
+        self.stale.discard(row.candidate_id)  # re-validated, whatever the outcome
         if row.provenance is Provenance.ORIGINAL:
             self.has_baseline = True
             if row.result.outcome is not Outcome.OK:
@@ -117,13 +122,16 @@ class Scheduler:
         space_size: int,
         history: Iterable[TrialRow] = (),
         last_visit: float | None = None,
+        stale: Iterable[str] = (),
     ) -> KernelTrack:
         """Start (or restart) tracking a kernel from its stored history, oldest first.
 
         ``last_visit`` (Unix seconds) is when its latest stored evaluation finished, so a
-        restarted daemon does not revisit every converged kernel at once.
+        restarted daemon does not revisit every converged kernel at once. ``stale``: ids of
+        its stale bests (:func:`tuned.runtime.stale.stale_bests`); the kernel comes first
+        until each was evaluated (see :meth:`revalidation`).
         """
-        track = KernelTrack(name=name, weight=weight, space_size=space_size)
+        track = KernelTrack(name=name, weight=weight, space_size=space_size, stale=set(stale))
         for row in history:
             track.observe(row, self.config, now=float("-inf"))
         if last_visit is not None:
@@ -145,6 +153,14 @@ class Scheduler:
             track.finished, track.last_visit = why, now
             track.failed = track.failed or why.startswith("the original fails")
 
+    def revalidation(self, name: str) -> str | None:
+        """A stale best of ``name`` to evaluate next (instead of a policy step), once the
+        kernel has its baseline under the current fingerprint; else None."""
+        track = self.tracks.get(name)
+        if track is None or not track.stale or not track.has_baseline or track.failed:
+            return None
+        return min(track.stale)
+
     def states(self) -> dict[str, str]:
         return {name: t.state(self.config) for name, t in self.tracks.items()}
 
@@ -158,7 +174,7 @@ class Scheduler:
             tier = self._tier(track, now)
             if tier is None:
                 continue
-            key = (tier, -track.score(self.config) if tier else -track.weight, name)
+            key = (tier, -track.score(self.config) if tier > 0 else -track.weight, name)
             if best is None or key < best:
                 best = key
         return None if best is None else best[2]
@@ -174,6 +190,8 @@ class Scheduler:
 
     def _tier(self, track: KernelTrack, now: float) -> int | None:
         state = track.state(self.config)
+        if track.stale and state not in ("failed", "exhausted"):
+            return -1
         if state == "new":
             return 0
         if state == "tuning":

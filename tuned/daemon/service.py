@@ -34,9 +34,15 @@ from tuned.daemon.scheduler import Scheduler
 from tuned.daemon.signals import SignalGate
 from tuned.daemon.watcher import RegistryChanges, RegistryWatcher
 from tuned.errors import TunedError
-from tuned.evaluation.client import EvaluationSettings
+from tuned.evaluation.client import EvaluationSettings, WorkerClient
+from tuned.evaluation.replay import ReplayClient
+from tuned.llm.proposer import LlmProposer
+from tuned.llm.setup import open_proposer
 from tuned.metrics import GpuLabels, LiveStatus, MetricsServer, StoreCollector
+from tuned.pipeline import CampaignPipeline, compile_workers_for, pipeline_for
+from tuned.profiling import HardwareFeedback
 from tuned.registry import KernelSpec, format_problems
+from tuned.runtime.stale import revalidate, stale_bests
 from tuned.store.base import fingerprint_id
 from tuned.store.sqlite import SqliteStore
 
@@ -109,6 +115,10 @@ class Daemon:
         self._monitor: GpuMonitor | None = None
         self._collector: StoreCollector | None = None
         self._busy_reason: str | None = None
+        #: Compiles candidates ahead while the GPU measures; None: one at a time in the worker.
+        self._pipeline: CampaignPipeline | None = None
+        self._hardware: HardwareFeedback | None = None
+        self._llm: LlmProposer | None = None
 
     # -- lifecycle
 
@@ -133,7 +143,9 @@ class Daemon:
         cfg.state_dir.mkdir(parents=True, exist_ok=True)
         self._store = SqliteStore(cfg.state_dir / "ktuned.sqlite")
         registry = CollectorRegistry()
-        self._collector = StoreCollector(self._store.path, self.live)
+        self._collector = StoreCollector(
+            self._store.path, self.live, llm_budget=cfg.llm.budget if cfg.llm.enabled else None
+        )
         registry.register(self._collector)
         ProcessCollector(registry=registry)
         self.server = MetricsServer(host=cfg.metrics.host, port=cfg.metrics.port, registry=registry)
@@ -154,8 +166,18 @@ class Daemon:
             retries=cfg.gpu.throttle_retries,
             interruptible=self.signals.interruptible,
         )
+        self._hardware = self._new_hardware(interpreter)
         with self.watchdog.busy(cfg.evaluation.startup_timeout_s):
             self._set_fingerprint(self._client.start())
+        workers = compile_workers_for(cfg.evaluation.compile_workers, interpreter=interpreter)
+        if workers:  # after the worker's start: it tells the pool which GPU to compile for
+            self._pipeline = pipeline_for(
+                self._client, workers=workers, interruptible=self.signals.interruptible
+            )
+        # The LLM proposer (docs/llm.md): None when not configured; parametric tuning either way.
+        self._llm = open_proposer(
+            cfg.llm, store_path=self._store.path, gpu=self._store.fingerprint(self.fingerprint)
+        )
         self._scan(settle=True)
         self.server.check_answers()
         self.live.update(daemon_state="idle")
@@ -166,6 +188,8 @@ class Daemon:
         self.live.update(daemon_state="stopping")
         self.notifier.stopping()
         self.watchdog.stop()
+        if self._pipeline is not None:
+            self._pipeline.close()  # kills every compile process's group
         if self._client is not None:
             self._client.close()  # kills the worker's process group
         if self.server is not None:
@@ -178,6 +202,8 @@ class Daemon:
             self._store.close()
         if self._monitor is not None:
             self._monitor.close()
+        if self._llm is not None:
+            self._llm.close()
         self.notifier.close()
         log.info("stopped")
 
@@ -216,8 +242,17 @@ class Daemon:
         campaign = self.campaigns[name]
         self.live.update(daemon_state="tuning", current_kernel=name)
         self.notifier.status(self._status_line())
+        stale_id = self.scheduler.revalidation(name)
         with self.watchdog.busy(self._evaluation_bound()):
-            row = campaign.step()
+            if stale_id is not None:  # a stale best goes before any new candidate
+                row = revalidate(campaign, stale_id)
+                if row is None:  # its candidate is gone: nothing left to re-validate
+                    self.scheduler.tracks[name].stale.discard(stale_id)
+                    return
+            elif self._pipeline is not None and campaign.spec.replay is None:
+                row = self._pipeline.step(campaign)
+            else:
+                row = campaign.step()
         now = time.time()
         if row is None:
             self.scheduler.finish(name, campaign.note or "nothing left to try", now)
@@ -238,7 +273,12 @@ class Daemon:
         re-measurement multiply it."""
         e = self.config.evaluation
         one = e.startup_timeout_s + 60.0 + 3 * e.phase_timeout_s + 30.0
-        return 2 * one * (1 + self.config.gpu.throttle_retries)
+        if self._pipeline is not None:  # waiting for the compile pool: start, load, compile
+            one += e.startup_timeout_s + 2 * e.phase_timeout_s + 60.0
+        # Hardware feedback after the step: its profiling runs and, once, the peaks.
+        p = self.config.profiling
+        profiling = p.per_step * (p.deadline_s + 30.0) + 630.0 if p.enabled else 0.0
+        return 2 * one * (1 + self.config.gpu.throttle_retries) + profiling
 
     def _gpu_busy(self) -> bool:
         assert self._monitor is not None and self._client is not None
@@ -289,6 +329,8 @@ class Daemon:
         for spec in [*changes.added, *changes.changed]:
             if self._store.sync_kernel(spec):
                 log.info("%s: generation %s", spec.name, spec.generation[:12])
+                for notice in spec.notices:  # what knob discovery left out, and why
+                    log.info("%s: %s", spec.name, notice)
             self._track(spec)
 
     def _reconcile(self) -> None:
@@ -303,19 +345,30 @@ class Daemon:
 
     def _track(self, spec: KernelSpec) -> None:
         assert self._store is not None and self._client is not None
+        client: WorkerClient = self._client
+        fingerprint = self.fingerprint
+        replay = spec.replay is not None
+        if replay:  # looked up in its recorded cache, under its own fingerprint
+            client = ReplayClient(spec)
+            fingerprint = self._store.record_fingerprint(client.start())
         self.campaigns[spec.name] = Campaign(
             spec=spec,
             store=self._store,
-            client=self._client,
-            fingerprint=self.fingerprint,
+            client=client,
+            fingerprint=fingerprint,
             settings=TuneSettings(budget=None, policy=self.config.policy, seed=self.config.seed),
+            # A replay has no code to profile or rewrite: knob moves only.
+            hardware=None if replay else self._hardware,
+            masks=self.config.profiling.thresholds,
+            llm=None if replay else self._llm,
         )
         self.scheduler.track(
             spec.name,
             weight=spec.weight,
             space_size=spec.space_size() if spec.knobs else 0,
-            history=self._store.trials(spec.name, spec.generation, self.fingerprint),
-            last_visit=self._store.last_evaluated_at(spec.name, spec.generation, self.fingerprint),
+            history=self._store.trials(spec.name, spec.generation, fingerprint),
+            last_visit=self._store.last_evaluated_at(spec.name, spec.generation, fingerprint),
+            stale=stale_bests(self._store, self._store.fingerprint(fingerprint)).get(spec.name, ()),
         )
 
     # -- reload
@@ -329,16 +382,25 @@ class Daemon:
         except TunedError as exc:
             log.error("%s\nkeeping the running configuration", exc)
             new = self.config
-        fixed = ("state_dir", "device", "metrics")
+        fixed = ("state_dir", "device", "metrics", "llm")
         for key in fixed:
             if getattr(new, key) != getattr(self.config, key):
                 log.warning("%s changed: it takes effect at the next restart", key)
         new = dataclasses.replace(new, **{k: getattr(self.config, k) for k in fixed})
-        policy_changed = (new.policy, new.seed) != (self.config.policy, self.config.seed)
+        policy_changed = (new.policy, new.seed, new.profiling) != (
+            self.config.policy,
+            self.config.seed,
+            self.config.profiling,
+        )
         registry_changed = new.registry.path != self.config.registry.path
+        profiling_changed = new.profiling != self.config.profiling
         self.config = new
         self.scheduler.config = new.scheduler
         assert self._client is not None
+        if profiling_changed or self._hardware is None:
+            self._hardware = self._new_hardware(self._client.settings.interpreter)
+            if self._client.fingerprint:
+                self._hardware.set_fingerprint(self._client.fingerprint)
         self._client.settings = self._evaluation_settings(self._client.settings.interpreter)
         self._client.retries = new.gpu.throttle_retries
         if registry_changed:
@@ -367,10 +429,25 @@ class Daemon:
             interpreter_max_size=e.interpreter_max_size,
         )
 
+    def _new_hardware(self, interpreter: bool) -> HardwareFeedback:
+        assert self._store is not None
+        hardware = HardwareFeedback(
+            store=self._store,
+            config=self.config.profiling,
+            workdir=self.config.state_dir / "workers" / "profiler",
+            interpreter=interpreter,
+        )
+        self.live.update(profiling_state=hardware.state)
+        if hardware.state != "enabled":
+            log.info("profiling: %s (%s)", hardware.state, hardware.reason)
+        return hardware
+
     def _set_fingerprint(self, fingerprint: dict[str, str]) -> None:
         assert self._store is not None
         self.fingerprint = self._store.record_fingerprint(fingerprint)
         self.live.update(fingerprint=dict(fingerprint))
+        if self._hardware is not None:
+            self._hardware.set_fingerprint(fingerprint)
 
     def _publish(self) -> None:
         restarts = max(0, self._client.starts - 1) if self._client else 0
@@ -379,6 +456,7 @@ class Daemon:
             kernel_states=self.scheduler.states(),
             worker_restarts_total=restarts,
             discarded_total=discarded,
+            profiling_state=self._hardware.state if self._hardware else "disabled",
         )
 
     def _status_line(self) -> str:

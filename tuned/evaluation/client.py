@@ -26,7 +26,7 @@ from typing import Any
 from profilers.timing import TimingSettings
 from tuned.errors import WorkerError
 from tuned.evaluation.shapes import derive_shapes
-from tuned.evaluation.static import static_check
+from tuned.evaluation.static import candidate_check
 from tuned.outcomes import Candidate, EvalResult, Outcome
 from tuned.registry.spec import KernelSpec
 
@@ -66,6 +66,8 @@ class EvaluationSettings:
     interpreter_max_size: int = 1 << 22  # shapes above this product of dims skip the interpreter
     memory_limit_bytes: int | None = None  # address-space cap, interpreter mode only
     timing: TimingSettings = field(default_factory=TimingSettings)
+    #: Inputs and reference outputs a worker keeps across evaluations (tuned.evaluation.case_cache).
+    case_cache_bytes: int = 2 << 30
 
     def deadline(self, phase: str) -> float:
         return {
@@ -141,6 +143,9 @@ class WorkerClient:
         self.settings = settings
         self.python = python
         self.fingerprint: dict[str, str] | None = None
+        #: The GPU the worker compiles for (``worker.compile_target``); ``None`` in the
+        #: interpreter. Set by :meth:`start`.
+        self.target: dict[str, Any] | None = None
         self.starts = 0
         self._proc: subprocess.Popen[bytes] | None = None
         self._to_worker: int | None = None
@@ -198,6 +203,7 @@ class WorkerClient:
                 f"the evaluation worker did not start: {reason}; see {self.workdir / 'stderr.log'}"
             )
         self.fingerprint = {str(k): str(v) for k, v in message["fingerprint"].items()}
+        self.target = message.get("target")
         return self.fingerprint
 
     def close(self) -> None:
@@ -237,7 +243,7 @@ class WorkerClient:
         Derived shapes (:mod:`tuned.evaluation.shapes`) listed in ``derived_skip`` are not
         checked; with ``lenient_derived`` (the baseline), a failing derived shape is recorded
         in ``metadata["derived_unusable"]`` instead of failing the evaluation."""
-        rejection = static_check(candidate.source, spec.launcher)
+        rejection = candidate_check(spec, candidate)
         if rejection:
             return EvalResult(Outcome.REJECTED_STATIC, reason=rejection, phase="static")
         self.start()
@@ -293,6 +299,7 @@ class WorkerClient:
         return {
             "seeds": list(self.settings.seeds),
             "interpreter_max_size": self.settings.interpreter_max_size,
+            "case_cache_bytes": self.settings.case_cache_bytes,
             "timing": {
                 "target_ms": t.target_ms,
                 "warmup_ms": t.warmup_ms,
@@ -354,3 +361,7 @@ def _kernel_payload(spec: KernelSpec) -> dict[str, Any]:
         "extra_files": dict(spec.extra_files),
         "baseline_knobs": dict(spec.baseline_knobs),
     }
+
+
+#: What a worker (or a compile process) needs to know of an entry, sent with every request.
+kernel_payload = _kernel_payload

@@ -1,14 +1,19 @@
 """The static gate: checks on a candidate's source before any worker time is spent.
 
-This is the minimal gate every candidate passes (it parses, and defines the launcher as a
-top-level function). The full gate for LLM-written modules extends it.
+:func:`static_check` is the minimal gate every candidate passes (it parses, and defines the
+launcher as a top-level function); :func:`candidate_check` adds the full gate for
+LLM-written modules (:mod:`tuned.llm.gate`: imports, kernel launched, signature kept, no
+torch compute, no exec/os/threads/module state).
 """
 
 from __future__ import annotations
 
 import ast
 
-__all__ = ["static_check"]
+from tuned.outcomes import Candidate, Provenance
+from tuned.registry.spec import KernelSpec
+
+__all__ = ["candidate_check", "static_check"]
 
 
 def static_check(source: str, launcher: str) -> str | None:
@@ -21,3 +26,22 @@ def static_check(source: str, launcher: str) -> str | None:
     if launcher not in defined:
         return f"the module defines no top-level function {launcher!r} (the launcher)"
     return None
+
+
+def candidate_check(spec: KernelSpec, candidate: Candidate) -> str | None:
+    """The static gate of one candidate, before any worker time: :func:`static_check` for
+    every candidate and, for an LLM-written module (provenance ``llm``), the full gate of
+    :mod:`tuned.llm.gate` (its reason starts with the rule broken). Every path that runs
+    candidate code (the evaluation client, the compile pool) should call this."""
+    rejection = static_check(candidate.source, spec.launcher)
+    if rejection is not None or candidate.provenance is not Provenance.LLM:
+        return rejection
+    from tuned.llm.gate import check_llm_module
+
+    found = check_llm_module(
+        candidate.source,
+        launcher=spec.launcher,
+        original_source=spec.module_source,
+        reference=spec.reference,
+    )
+    return None if found is None else str(found)

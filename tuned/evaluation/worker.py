@@ -34,6 +34,7 @@ from types import ModuleType
 from typing import IO, Any
 
 from profilers.timing import TimingSettings, interleaved_samples
+from tuned.evaluation.case_cache import DEFAULT_CAPACITY_BYTES, CaseCache
 from tuned.evaluation.checks import (
     CaseFailure,
     check_aliasing,
@@ -113,6 +114,28 @@ def fingerprint(device: str) -> dict[str, str]:
         fp["cpu"] = platform.machine()
         fp["mode"] = "interpreter"
     return fp
+
+
+def compile_target(device: str) -> dict[str, Any] | None:
+    """The GPU Triton compiles for in this worker and its shared memory per block: what the
+    compile pool needs to compile ahead for it (``None`` in the interpreter, or when this
+    Triton cannot say)."""
+    if device != "cuda":
+        return None
+    try:
+        from triton.runtime import driver
+
+        active = driver.active
+        target = active.get_current_target()
+        props = active.utils.get_device_properties(active.get_current_device())
+    except (ImportError, AttributeError, RuntimeError, KeyError):
+        return None
+    return {
+        "backend": str(target.backend),
+        "arch": target.arch,
+        "warp_size": int(target.warp_size),
+        "max_shared_bytes": int(props.get("max_shared_mem", 0)),
+    }
 
 
 def _driver_version() -> str:
@@ -195,6 +218,7 @@ class Evaluation:
         device: str,
         send: Callable[[Mapping[str, Any]], None],
         timers: TimerSnapshot,
+        cache: CaseCache | None = None,
     ) -> None:
         self.kernel = request["kernel"]
         self.candidate = request["candidate"]
@@ -208,6 +232,36 @@ class Evaluation:
         self.phase_seconds: dict[str, float] = {}
         self.knobs: dict[str, Any] = dict(self.candidate["knobs"])
         self.candidate_modules: set[str] = set()
+        # Inputs and reference outputs outlive the request (see case_cache); without a cache
+        # given (a one-off evaluation), one that lives as long as this request.
+        self.cache = cache if cache is not None else CaseCache()
+        self.cache.resize(int(self.options.get("case_cache_bytes", DEFAULT_CAPACITY_BYTES)))
+        self.kernel_key = hashlib.sha256(
+            json.dumps(
+                [
+                    self.kernel["original_source"],
+                    self.kernel.get("extra_files", {}),
+                    self.kernel["inputs"],
+                    self.kernel.get("reference"),
+                    self.kernel.get("baseline_knobs", {}),
+                    device,
+                ],
+                sort_keys=True,
+            ).encode()
+        ).hexdigest()
+
+    def case_key(self, case: Case) -> tuple[str, tuple[tuple[str, int], ...], str, int]:
+        """What a case's inputs depend on: the kernel's original module and the case."""
+        return (self.kernel_key, tuple(sorted(case.dims.items())), case.dtype, case.seed)
+
+    def reference_outputs(
+        self, case: Case, reference: Callable[..., Any], pristine: Sequence[Any]
+    ) -> Any:
+        """The reference's outputs for ``case`` (computed on a copy of ``pristine``, which are
+        the case's inputs), kept in the worker's cache; only ever read."""
+        return self.cache.reference(
+            self.case_key(case), "reference", lambda: reference(*clone_inputs(pristine))
+        )
 
     def enter(self, phase: str) -> None:
         now = time.monotonic()
@@ -324,8 +378,12 @@ class Evaluation:
             )
 
         def inputs_of(case: Case) -> list[Any]:
+            """Fresh copies of the case's inputs (made once per worker, see case_cache)."""
             dtype = getattr(torch, case.dtype)
-            return list(make_inputs(dict(case.dims), dtype, self.device, case.seed))
+            return self.cache.inputs(
+                self.case_key(case),
+                lambda: make_inputs(dict(case.dims), dtype, self.device, case.seed),
+            )
 
         self.enter("compile")
         first_inputs = inputs_of(cases[0])
@@ -406,6 +464,7 @@ class Evaluation:
                 "samples": samples,
                 "incumbent_samples": incumbent_samples,
                 "derived_unusable": sorted(set(unusable)),
+                "case_cache": self.cache.stats.to_dict(),
             },
         }
 
@@ -426,7 +485,7 @@ class Evaluation:
             given, out = first
         check_aliasing(out, given)
         check_inputs_unchanged(pristine, given)
-        ref = reference(*clone_inputs(pristine))
+        ref = self.reference_outputs(case, reference, pristine)
         # Independence: identical candidate outputs for two seeds whose references differ.
         mine, theirs = output_signature(out), output_signature(ref)
         if case.label in signatures:
@@ -498,8 +557,9 @@ class Evaluation:
         self._check_guard(guard, need_launch=True)
         atol, rtol = (float(v) for v in self.kernel["tolerance"][case.dtype])
         for k, x in enumerate(pristine):
+            seeded = Case(case.dims, case.dtype, seeds[k], case.perf)
             try:
-                compare_outputs(last[k], reference(*clone_inputs(x)), atol, rtol)
+                compare_outputs(last[k], self.reference_outputs(seeded, reference, x), atol, rtol)
             except CaseFailure as failure:
                 raise CaseFailure(
                     "cheat", f"outputs computed while timed are wrong ({failure.reason})"
@@ -508,11 +568,12 @@ class Evaluation:
 
 
 def _serve(channel: Channel, device: str, loader: ModuleLoader, timers: TimerSnapshot) -> None:
+    cache = CaseCache()  # lives as long as the worker: inputs and references of every case
     while True:
         request = channel.receive()
         if request is None or request.get("op") == "exit":
             return
-        evaluation = Evaluation(request, loader, device, channel.send, timers)
+        evaluation = Evaluation(request, loader, device, channel.send, timers, cache)
         fatal = False
         try:
             result = evaluation.run()
@@ -548,7 +609,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if device == "cuda" and not torch.cuda.is_available():
         channel.send({"type": "error", "reason": "no CUDA device; set TRITON_INTERPRET=1"})
         return 3
-    channel.send({"type": "ready", "fingerprint": fingerprint(device), "pid": os.getpid()})
+    channel.send(
+        {
+            "type": "ready",
+            "fingerprint": fingerprint(device),
+            "pid": os.getpid(),
+            "target": compile_target(device),
+        }
+    )
     _serve(channel, device, ModuleLoader(workdir), TimerSnapshot())
     return 0
 

@@ -12,6 +12,7 @@ labels, is in docs/metrics.md.
 from __future__ import annotations
 
 import platform
+import sqlite3
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +26,10 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from tuned import __version__
-from tuned.metrics.live import DAEMON_STATES, LiveSnapshot, LiveStatus
+from tuned.llm._db import connect_reader
+from tuned.llm.ledger import BudgetCaps
+from tuned.llm.metrics import llm_families
+from tuned.metrics.live import DAEMON_STATES, PROFILING_STATES, LiveSnapshot, LiveStatus
 from tuned.store.base import KernelProgress
 from tuned.store.sqlite import SqliteStore
 
@@ -33,16 +37,34 @@ __all__ = ["PHASE_BUCKETS", "StoreCollector"]
 
 #: Upper bounds (seconds) of the evaluation phase duration histogram.
 PHASE_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
-LLM_TOKEN_KINDS = ("prompt", "completion")
-LLM_BUDGET_SCOPES = ("total",)
+#: Upper bounds (seconds) of the profiling run duration histogram.
+PROFILING_BUCKETS = (1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+PROFILING_STATUSES = ("ok", "unavailable", "timeout", "failed")
+#: ``resource`` label of ``ktuned_kernel_best_sol_ratio`` -> key of a stored profile.
+SOL_RESOURCES = {
+    "sm": "sol_sm",
+    "dram": "sol_dram",
+    "l2": "sol_l2",
+    "l1": "sol_l1",
+    "memory": "sol_memory",
+}
 
 
 class StoreCollector(Collector):
     """Yields the metric families of the store at ``store_path`` (opened read-only, lazily)."""
 
-    def __init__(self, store_path: Path, live: LiveStatus | None = None) -> None:
+    def __init__(
+        self,
+        store_path: Path,
+        live: LiveStatus | None = None,
+        *,
+        llm_budget: BudgetCaps | None = None,
+    ) -> None:
         self.store_path = store_path
         self.live = live
+        #: The LLM token caps (``None``: no LLM configured); spend comes from the ledger.
+        self.llm_budget = llm_budget
+        self._llm_db: sqlite3.Connection | None = None
         self._lock = threading.Lock()
         self._store: SqliteStore | None = None
         self._seq = 0
@@ -51,6 +73,16 @@ class StoreCollector(Collector):
         self._arms: dict[tuple[str, str], tuple[int, float]] = {}
         self._progress: dict[str, KernelProgress] = {}
         self._progress_seqs = (0, 0)
+        self._touched: set[str] = set()
+        self._hardware: dict[str, tuple[dict[str, object] | None, float | None]] = {}
+        self._hardware_token = -1
+        self._profiling_seq = 0
+        self._profiling_runs: dict[str, int] = {}
+        self._profiling_durations: tuple[int, float, list[int]] = (
+            0,
+            0.0,
+            [0] * len(PROFILING_BUCKETS),
+        )
 
     def describe(self) -> list[Metric]:
         return []  # no store access at registration time
@@ -60,6 +92,9 @@ class StoreCollector(Collector):
             if self._store is not None:
                 self._store.close()
                 self._store = None
+            if self._llm_db is not None:
+                self._llm_db.close()
+                self._llm_db = None
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
@@ -69,6 +104,7 @@ class StoreCollector(Collector):
             yield from self._process(live)
             yield from self._kernels(self._store, live)
             yield from self._evaluations(self._store)
+            yield from self._profiling(self._store, live)
             yield from self._llm()
 
     # -- families
@@ -147,6 +183,7 @@ class StoreCollector(Collector):
             del self._progress[name]
         for p in store.kernel_progress(touched & present):
             self._progress[p.name] = p
+        self._touched = touched & present
         self._progress_seqs = (eval_seq, acc_seq)
         return [self._progress[name] for name in sorted(self._progress)]
 
@@ -174,6 +211,7 @@ class StoreCollector(Collector):
             labels=["kernel"],
         )
         live_states = live.kernel_states if live is not None else {}
+        live_names: set[str] = set()
         for k in self._current_progress(store):
             state = k.state if k.state in ("invalid", "retired") else "new"
             if k.state == "active":
@@ -181,6 +219,7 @@ class StoreCollector(Collector):
             states.add_metric([k.name, state], 1.0)
             if k.state == "retired":
                 continue
+            live_names.add(k.name)
             if k.baseline_s is not None:
                 baseline.add_metric([k.name], k.baseline_s)
             if k.best_s is not None and k.best_at is not None:
@@ -189,12 +228,36 @@ class StoreCollector(Collector):
             if k.speedup is not None:
                 speedup.add_metric([k.name], k.speedup)
         yield from (states, speedup, best, baseline, improved)
+        yield self._stale(store, live)
+        yield from self._best_hardware(store, live_names)
         invalid = store.invalid_entries()
         yield GaugeMetricFamily(
             "ktuned_registry_invalid_entries",
             "registry entries that fail validation (ktuned registry check lists why)",
             value=len(invalid),
         )
+
+    def _stale(self, store: SqliteStore, live: LiveSnapshot | None) -> Metric:
+        """``ktuned_stale_bests{kernel}``: bests measured under older software of this device
+        and not re-validated under the current one (the daemon's fingerprint; without a
+        daemon, the newest recorded). 0 for every other non-retired kernel."""
+        from tuned.runtime.stale import stale_bests
+
+        current = dict(live.fingerprint) if live is not None and live.fingerprint else None
+        if current is None:
+            known = store.known_fingerprints()
+            current = list(known.values())[-1] if known else {}
+        stale = stale_bests(store, current) if current else {}
+        gauge = GaugeMetricFamily(
+            "ktuned_stale_bests",
+            "accepted bests found under older driver/CUDA/Triton/PyTorch versions of this "
+            "device, not yet re-validated under the current ones",
+            labels=["kernel"],
+        )
+        for k in sorted(self._progress.values(), key=lambda p: p.name):
+            if k.state != "retired":
+                gauge.add_metric([k.name], float(len(stale.get(k.name, ()))))
+        return gauge
 
     def _evaluations(self, store: SqliteStore) -> Iterator[Metric]:
         totals = store.evaluation_totals(self._seq, PHASE_BUCKETS)
@@ -222,7 +285,8 @@ class StoreCollector(Collector):
         yield evaluated
         phases = HistogramMetricFamily(
             "ktuned_evaluation_phase_duration_seconds",
-            "time spent in each evaluation phase (load, compile, correctness, benchmark)",
+            "time spent in each evaluation phase (compile_queue, precompile, gpu_queue with "
+            "the compile pool; load, compile, correctness, benchmark in the worker)",
             labels=["phase"],
         )
         for phase, (n, total, cumulative) in sorted(self._phases.items()):
@@ -245,25 +309,101 @@ class StoreCollector(Collector):
         yield pulls
         yield reward
 
+    def _best_hardware(self, store: SqliteStore, names: set[str]) -> Iterator[Metric]:
+        """SOL ratios, occupancy and roofline fraction of each kernel's incumbent.
+
+        Re-read for the kernels whose progress changed, or for all when a profile or roofline
+        figure was added since the previous scrape."""
+        token = store.hardware_token()
+        refresh = names if token != self._hardware_token else self._touched & names
+        self._hardware_token = token
+        for name in set(self._hardware) - names:
+            del self._hardware[name]
+        if refresh:
+            found = store.best_hardware(refresh)
+            for name in refresh:
+                if name in found:
+                    self._hardware[name] = found[name]
+                else:
+                    self._hardware.pop(name, None)
+        sol = GaugeMetricFamily(
+            "ktuned_kernel_best_sol_ratio",
+            "speed-of-light throughput of the incumbent (Nsight Compute), fraction of peak, by "
+            "resource (sm, dram, l2, l1, memory = the busiest memory unit)",
+            labels=["kernel", "resource"],
+        )
+        occupancy = GaugeMetricFamily(
+            "ktuned_kernel_best_occupancy_ratio",
+            "achieved occupancy of the incumbent (active warps / maximum warps per SM)",
+            labels=["kernel"],
+        )
+        roofline = GaugeMetricFamily(
+            "ktuned_kernel_best_roofline_ratio",
+            "incumbent's achieved / attainable performance under the roofline of the GPU's "
+            "measured peaks (kernels that declare roofline)",
+            labels=["kernel"],
+        )
+        for name in sorted(self._hardware):
+            profile, fraction = self._hardware[name]
+            if profile is not None:
+                for resource, key in SOL_RESOURCES.items():
+                    value = profile.get(key)
+                    if isinstance(value, (int, float)):
+                        sol.add_metric([name, resource], float(value))
+                value = profile.get("occupancy")
+                if isinstance(value, (int, float)):
+                    occupancy.add_metric([name], float(value))
+            if fraction is not None:
+                roofline.add_metric([name], fraction)
+        yield from (sol, occupancy, roofline)
+
+    def _profiling(self, store: SqliteStore, live: LiveSnapshot | None) -> Iterator[Metric]:
+        upto, statuses, (n, seconds, below) = store.profiling_totals(
+            self._profiling_seq, PROFILING_BUCKETS
+        )
+        self._profiling_seq = upto
+        for status, count in statuses.items():
+            self._profiling_runs[status] = self._profiling_runs.get(status, 0) + count
+        old_n, old_s, old_below = self._profiling_durations
+        self._profiling_durations = (
+            old_n + n,
+            old_s + seconds,
+            [a + b for a, b in zip(old_below, below)],
+        )
+        if live is not None:
+            yield GaugeMetricFamily(
+                "ktuned_profiling_enabled",
+                "1 while Nsight Compute profiles are taken (0: disabled, no GPU, ncu missing "
+                "or not permitted; the log says why)",
+                value=1.0 if live.profiling_state == "enabled" else 0.0,
+            )
+            state = GaugeMetricFamily(
+                "ktuned_profiling_state",
+                "1 for the profiler's state (enabled, disabled, interpreter, unavailable)",
+                labels=["state"],
+            )
+            for name in PROFILING_STATES:
+                state.add_metric([name], 1.0 if live.profiling_state == name else 0.0)
+            yield state
+        runs = CounterMetricFamily(
+            "ktuned_profiling_runs",
+            "Nsight Compute profiling runs by status (ok, unavailable, timeout, failed)",
+            labels=["status"],
+        )
+        for status in sorted({*PROFILING_STATUSES, *self._profiling_runs}):
+            runs.add_metric([status], self._profiling_runs.get(status, 0))
+        yield runs
+        count, total, cumulative = self._profiling_durations
+        duration = HistogramMetricFamily(
+            "ktuned_profiling_duration_seconds",
+            "wall time of each profiling run (ncu and the profiled process)",
+        )
+        buckets = [(repr(float(b)), float(c)) for b, c in zip(PROFILING_BUCKETS, cumulative)]
+        duration.add_metric([], [*buckets, ("+Inf", float(count))], total)
+        yield duration
+
     def _llm(self) -> Iterator[Metric]:
-        # No LLM proposer exists yet: no token was ever spent and no budget is configured, so
-        # these are true zeros (docs/metrics.md). The LLM issue replaces them with the ledger.
-        tokens = CounterMetricFamily(
-            "ktuned_llm_tokens", "LLM tokens spent, by kind", labels=["kind"]
-        )
-        for kind in LLM_TOKEN_KINDS:
-            tokens.add_metric([kind], 0)
-        yield tokens
-        limit = GaugeMetricFamily(
-            "ktuned_llm_budget_limit_tokens", "LLM token cap, by scope", labels=["scope"]
-        )
-        remaining = GaugeMetricFamily(
-            "ktuned_llm_budget_remaining_tokens",
-            "LLM tokens still allowed, by scope",
-            labels=["scope"],
-        )
-        for scope in LLM_BUDGET_SCOPES:
-            limit.add_metric([scope], 0)
-            remaining.add_metric([scope], 0)
-        yield limit
-        yield remaining
+        # The token ledger and attempt log share the store's file (tuned.llm.metrics).
+        if self._llm_db is None:
+            self._llm_db = connect_reader(self.store_path)
+        yield from llm_families(self._llm_db, self.llm_budget)

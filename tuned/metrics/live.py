@@ -11,12 +11,22 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-__all__ = ["DAEMON_STATES", "KERNEL_STATES", "GpuLabels", "LiveSnapshot", "LiveStatus"]
+__all__ = [
+    "DAEMON_STATES",
+    "KERNEL_STATES",
+    "PROFILING_STATES",
+    "GpuLabels",
+    "LiveSnapshot",
+    "LiveStatus",
+]
 
 #: Every state of the daemon, as exported in ``ktuned_daemon_state``.
 DAEMON_STATES = ("starting", "tuning", "idle", "paused_gpu_busy", "reloading", "stopping")
 #: Every state of a kernel, as exported in ``ktuned_kernel_state`` (docs/service.md).
 KERNEL_STATES = ("new", "tuning", "converged", "exhausted", "failed", "invalid", "retired")
+#: Every state of hardware feedback, as exported in ``ktuned_profiling_state``
+#: (:class:`tuned.profiling.HardwareFeedback`, docs/profiling.md).
+PROFILING_STATES = ("enabled", "disabled", "interpreter", "unavailable")
 
 
 @dataclass(frozen=True)
@@ -43,6 +53,7 @@ class LiveSnapshot:
     errors_total: int = 0
     worker_restarts_total: int = 0
     discarded_total: int = 0
+    profiling_state: str = "disabled"
     started_at: float = field(default_factory=time.time)
 
 

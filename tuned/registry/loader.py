@@ -22,8 +22,10 @@ import yaml
 from yaml.constructor import ConstructorError
 
 from tuned.errors import BadInputError, RegistryError
+from tuned.registry.discovery import discover_knobs
 from tuned.registry.knobs import check_knobs
 from tuned.registry.problems import Problem, Problems, show
+from tuned.registry.replay import check_replay
 from tuned.registry.roofline import check_roofline
 from tuned.registry.source import check_functions, launcher_defaults, outline_module
 from tuned.registry.spec import KernelSpec, KnobValue
@@ -221,16 +223,30 @@ def _check_module(
     directory: Path,
     module: str,
     functions: Mapping[str, str | None],
-    knobs: Mapping[str, tuple[KnobValue, ...]],
+    knobs: Mapping[str, tuple[KnobValue, ...]] | None,
     out: Problems,
-) -> dict[str, KnobValue]:
-    """Check the named functions against the module's syntax tree; return the baseline knobs."""
+) -> tuple[dict[str, tuple[KnobValue, ...]], dict[str, KnobValue], list[Problem]]:
+    """Check the named functions against the module's syntax tree.
+
+    Returns the knobs (``knobs`` as declared, or discovered from the launch sites when
+    ``knobs`` is None), the baseline knobs and the notices of discovery.
+    """
     outline = outline_module(source, directory / module, out)
     if outline is None:
-        return {}
+        return dict(knobs or {}), {}, []
     check_functions(outline, module, functions, out)
     launcher = outline.functions.get(functions["launcher"] or "")
-    return {} if launcher is None else launcher_defaults(launcher, knobs, module, out)
+    if launcher is None:
+        return dict(knobs or {}), {}, []
+    notices: list[Problem] = []
+    if knobs is None:
+        found = discover_knobs(outline, launcher, module)
+        knobs = found.knobs
+        notices = [
+            Problem(file=directory / module, field="knobs", reason=f"line {n.line}: {n.reason}")
+            for n in found.notices
+        ]
+    return dict(knobs), launcher_defaults(launcher, knobs, module, out), notices
 
 
 def _load(path: Path) -> tuple[KernelSpec | None, list[Problem]]:
@@ -248,6 +264,11 @@ def _load(path: Path) -> tuple[KernelSpec | None, list[Problem]]:
     doc = None if text is None else _parse_yaml(text, out)
     if raw is None or doc is None:
         return None, out.items
+    kind = doc.get("kind", "triton")
+    if kind == "replay":
+        return _load_replay(doc, directory, raw, out)
+    if kind != "triton":
+        out.add("kind", f"must be triton (the default) or replay, got {show(kind)}")
 
     check_top_level(doc, out)
     name = check_name(doc.get("name"), out)
@@ -267,9 +288,13 @@ def _load(path: Path) -> tuple[KernelSpec | None, list[Problem]]:
     if sources is not None:
         texts = {rel: _decode(data, directory / rel, out) for rel, data in sources.items()}
     source = texts.get(module)
-    baseline = (
-        {} if source is None else _check_module(source, directory, module, functions, knobs, out)
-    )
+    declared = doc.get("knobs") is not None
+    notices: list[Problem] = []
+    baseline: dict[str, KnobValue] = {}
+    if source is not None:
+        knobs, baseline, notices = _check_module(
+            source, directory, module, functions, knobs if declared else None, out
+        )
 
     if out.items:
         return None, out.items
@@ -288,13 +313,54 @@ def _load(path: Path) -> tuple[KernelSpec | None, list[Problem]]:
         dtypes=dtypes,
         tolerance=tolerance,
         knobs=knobs,
-        knobs_declared=doc.get("knobs") is not None,
+        knobs_declared=declared,
         baseline_knobs=baseline,
         weight=weight,
         roofline=roofline,
         module_source=source,
         generation=_generation({KERNEL_YAML: raw, **sources}),
         extra_files={r: t for r, t in texts.items() if r != module and t is not None},
+        notices=tuple(notices),
+    )
+    return spec, []
+
+
+def _load_replay(
+    doc: Mapping[object, object], directory: Path, raw: bytes, out: Problems
+) -> tuple[KernelSpec | None, list[Problem]]:
+    """A ``kind: replay`` entry (:mod:`tuned.registry.replay`): knobs from a recorded cache."""
+    if doc.get("name") is None:
+        out.add("name", "required but missing; add it, e.g. `name: convolution-a100`")
+    name = check_name(doc.get("name"), out)
+    weight = check_weight(doc.get("weight"), out)
+    parts = check_replay(doc, directory, out)
+    if out.items or parts is None:
+        return None, out.items
+    src = parts.source
+    cache_field = str(doc["cache"])
+    description = (
+        f"# ktuned replay entry {name}: every configuration is looked up in the Kernel Tuner "
+        f"cache {cache_field}\n# (kernel {src.kernel}, recorded on {src.device}, sha256 "
+        f"{src.sha256}); nothing is compiled or run.\n"
+    )
+    spec = KernelSpec(
+        name=name,
+        directory=directory.absolute(),
+        module=cache_field,
+        launcher="",
+        inputs="",
+        reference=None,
+        shapes=(),
+        dtypes=(),
+        tolerance={},
+        knobs=parts.knobs,
+        knobs_declared=True,  # by the cache's tune_params
+        baseline_knobs=parts.baseline,
+        weight=weight,
+        roofline=None,
+        module_source=description,
+        generation=_generation({KERNEL_YAML: raw, f"cache:{cache_field}": parts.data}),
+        replay=src,
     )
     return spec, []
 

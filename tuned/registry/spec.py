@@ -10,7 +10,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["DTYPE_NAMES", "KernelSpec", "KnobValue", "Roofline", "Shape", "Tolerance"]
+from tuned.registry.problems import Problem
+
+__all__ = [
+    "DTYPE_NAMES",
+    "KernelSpec",
+    "KnobValue",
+    "ReplaySource",
+    "Roofline",
+    "Shape",
+    "Tolerance",
+]
 
 KnobValue = int | float | str | bool
 
@@ -61,12 +71,33 @@ class Roofline:
 
 
 @dataclass(frozen=True)
+class ReplaySource:
+    """What a replay entry (``kind: replay``) evaluates against: a Kernel Tuner cache file.
+
+    ``noise`` is ``"none"`` (each configuration's median recorded run) or ``"recorded"``
+    (draws from its recorded runs, seeded by ``seed``); ``device`` and ``kernel`` are the
+    cache's ``device_name`` and ``kernel_name``.
+    """
+
+    cache: Path
+    sha256: str
+    noise: str
+    seed: int
+    device: str
+    kernel: str
+
+
+@dataclass(frozen=True)
 class KernelSpec:
     """A registry entry, validated.
 
     ``generation`` is the SHA-256 of every file of the entry (``kernel.yaml`` and all ``*.py``),
     so any change starts a new generation. ``baseline_knobs`` are the launcher's literal
     defaults for the declared knobs: the baseline is the original module called with them.
+    ``knobs_declared`` is False when the knobs were discovered from the source
+    (:mod:`tuned.registry.discovery`); ``notices`` then say what discovery left out and why.
+    A replay entry (``replay`` set) has no module: its knobs, baseline and times come from a
+    recorded cache (:class:`ReplaySource`), ``module_source`` only describes it.
     """
 
     name: str
@@ -86,6 +117,8 @@ class KernelSpec:
     module_source: str
     generation: str
     extra_files: Mapping[str, str] = field(default_factory=dict)
+    notices: tuple[Problem, ...] = ()
+    replay: ReplaySource | None = None
 
     @property
     def module_path(self) -> Path:

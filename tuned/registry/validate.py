@@ -51,6 +51,7 @@ TOP_LEVEL_KEYS: tuple[str, ...] = (
     "knobs",
     "weight",
     "roofline",
+    "kind",
 )
 _REQUIRED_EXAMPLES: dict[str, str] = {
     "name": "name: softmax",

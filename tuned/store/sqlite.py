@@ -13,6 +13,7 @@ import sqlite3
 import time
 from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ from tuned.store.base import (
     fingerprint_id,
 )
 
-__all__ = ["SCHEMA_VERSION", "SqliteStore"]
+__all__ = ["SCHEMA_VERSION", "CaseTimingRow", "SqliteStore"]
 
 SCHEMA_VERSION = 1
 
@@ -111,6 +112,42 @@ CREATE TABLE IF NOT EXISTS policy_state (
     state_json TEXT NOT NULL,
     updated_at REAL NOT NULL,
     PRIMARY KEY (kernel, generation, fingerprint, policy)
+);
+CREATE TABLE IF NOT EXISTS profiling_runs (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    kernel TEXT NOT NULL,
+    generation TEXT NOT NULL,
+    candidate_id TEXT NOT NULL,
+    gpu_model TEXT NOT NULL,
+    status TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    wall_s REAL NOT NULL,
+    started_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS profiling_runs_by_generation
+    ON profiling_runs (kernel, generation, gpu_model);
+CREATE TABLE IF NOT EXISTS profiles (
+    candidate_id TEXT NOT NULL,
+    generation TEXT NOT NULL,
+    gpu_model TEXT NOT NULL,
+    kernel TEXT NOT NULL,
+    profile_json TEXT NOT NULL,
+    measured_at REAL NOT NULL,
+    PRIMARY KEY (candidate_id, generation, gpu_model)
+);
+CREATE TABLE IF NOT EXISTS gpu_peaks (
+    gpu_model TEXT PRIMARY KEY,
+    peaks_json TEXT NOT NULL,
+    measured_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS rooflines (
+    candidate_id TEXT NOT NULL,
+    generation TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    kernel TEXT NOT NULL,
+    fraction REAL NOT NULL,
+    figures_json TEXT NOT NULL,
+    PRIMARY KEY (candidate_id, generation, fingerprint)
 );
 """
 
@@ -741,6 +778,291 @@ class SqliteStore:
                 " ON c.id = e.candidate_id AND c.generation = e.generation ORDER BY e.seq"
             )
         ]
+
+    # -- the runtime (issue 9): generations, fingerprints, per-case timings, stale bests
+
+    def generation_info(self, generation: str) -> tuple[str, dict[str, Any]] | None:
+        """A generation's original module (its source hash) and its entry summary (launcher,
+        inputs, dtypes, shapes, knobs, baseline knobs), as recorded when it was synced."""
+        rows = self._query(
+            "SELECT source_hash, spec_json FROM generations WHERE id=?", (generation,)
+        )
+        if not rows:
+            return None
+        return str(rows[0]["source_hash"]), dict(json.loads(rows[0]["spec_json"]))
+
+    def known_fingerprints(self) -> dict[str, dict[str, str]]:
+        """Every fingerprint recorded, by id."""
+        return {
+            r["id"]: dict(json.loads(r["json"]))
+            for r in self._query("SELECT id, json FROM fingerprints ORDER BY first_seen")
+        }
+
+    def evaluated_fingerprints(self, kernel: str, generation: str) -> list[tuple[str, float]]:
+        """Fingerprints on which a generation has a successful evaluation, with when the
+        latest one finished (Unix s), newest first."""
+        return [
+            (str(r["fingerprint"]), float(r["t"]))
+            for r in self._query(
+                "SELECT fingerprint, MAX(started_at + wall_s) AS t FROM evaluations"
+                " WHERE kernel=? AND generation=? AND outcome='ok'"
+                " GROUP BY fingerprint ORDER BY t DESC",
+                (kernel, generation),
+            )
+        ]
+
+    def case_timings(self, kernel: str, generation: str, fingerprint: str) -> list[CaseTimingRow]:
+        """Every successfully evaluated candidate of a generation on a fingerprint, with the
+        per-case medians and samples of its first successful measurement and the statuses of
+        its acceptance decisions (``held``, ``not_confirmed``, ...), in evaluation order."""
+        statuses: dict[str, set[str]] = {}
+        for r in self._query(
+            "SELECT candidate_id, status FROM acceptances WHERE kernel=? AND generation=?"
+            " AND fingerprint=?",
+            (kernel, generation, fingerprint),
+        ):
+            statuses.setdefault(r["candidate_id"], set()).add(r["status"])
+        rows = self._query(
+            "SELECT c.id, c.knobs_json, c.source_hash, c.provenance, e.result_json"
+            " FROM evaluations e JOIN candidates c"
+            " ON c.id = e.candidate_id AND c.generation = e.generation"
+            " WHERE e.kernel=? AND e.generation=? AND e.fingerprint=? AND e.outcome='ok'"
+            " ORDER BY e.seq",
+            (kernel, generation, fingerprint),
+        )
+        out: dict[str, CaseTimingRow] = {}
+        for r in rows:
+            if r["id"] in out:
+                continue  # first measurement of each candidate, as best() takes it
+            result = json.loads(r["result_json"])
+            samples = dict(result.get("metadata", {}).get("samples") or {})
+            out[r["id"]] = CaseTimingRow(
+                candidate_id=r["id"],
+                knobs=json.loads(r["knobs_json"]),
+                source_hash=r["source_hash"],
+                provenance=Provenance(r["provenance"]),
+                timings={str(k): float(v) for k, v in dict(result.get("timings", {})).items()},
+                samples={str(k): [float(x) for x in v] for k, v in samples.items()},
+                timing_kind=str(result.get("timing_kind", "")),
+                statuses=frozenset(statuses.get(r["id"], ())),
+            )
+        return list(out.values())
+
+    def stale_bests(
+        self, fresh: Collection[str], same_device: Collection[str]
+    ) -> dict[str, list[str]]:
+        """Accepted bests that a fingerprint change made stale, per kernel: candidate ids.
+
+        ``fresh``: the fingerprint ids equivalent to the current one; ``same_device``: the
+        older ones of the same device (the caller decides both: :mod:`tuned.runtime.stale`).
+        A best (the latest accepted candidate of an active kernel's current generation on a
+        ``same_device`` fingerprint) is stale until it has a successful evaluation on a
+        ``fresh`` fingerprint or the kernel has an accepted best there.
+        """
+        fresh, same_device = sorted(fresh), sorted(same_device)
+        if not same_device:
+            return {}
+        f_marks, d_marks = ",".join("?" * len(fresh)), ",".join("?" * len(same_device))
+        rows = self._query(
+            f"""
+            WITH acc AS (
+                SELECT a.kernel, a.fingerprint, a.candidate_id, a.generation, MAX(a.seq) AS seq
+                FROM acceptances a JOIN kernels k
+                    ON k.name = a.kernel AND k.generation = a.generation AND k.state = 'active'
+                WHERE a.status = 'accepted' AND a.fingerprint IN ({d_marks})
+                GROUP BY a.kernel, a.fingerprint
+            )
+            SELECT DISTINCT acc.kernel, acc.candidate_id FROM acc
+            WHERE NOT EXISTS (
+                SELECT 1 FROM acceptances f WHERE f.kernel = acc.kernel
+                    AND f.generation = acc.generation AND f.status = 'accepted'
+                    AND f.fingerprint IN ({f_marks}))
+            AND NOT EXISTS (
+                SELECT 1 FROM evaluations e WHERE e.kernel = acc.kernel
+                    AND e.generation = acc.generation AND e.candidate_id = acc.candidate_id
+                    AND e.outcome = 'ok' AND e.fingerprint IN ({f_marks}))
+            ORDER BY acc.kernel, acc.candidate_id
+            """,
+            (*same_device, *fresh, *fresh),
+        )
+        out: dict[str, list[str]] = {}
+        for r in rows:
+            out.setdefault(r["kernel"], []).append(r["candidate_id"])
+        return out
+
+    # -- hardware feedback (issue 6): profiles, profiling runs, GPU peaks, roofline figures
+
+    def record_profiling_run(
+        self,
+        *,
+        kernel: str,
+        generation: str,
+        candidate_id: str,
+        gpu_model: str,
+        status: str,
+        reason: str,
+        wall_s: float,
+        started_at: float,
+        profile: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Record one profiling run and, when it produced one, the candidate's profile."""
+        with self._transaction() as db:
+            db.execute(
+                "INSERT INTO profiling_runs (kernel, generation, candidate_id, gpu_model, status,"
+                " reason, wall_s, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (kernel, generation, candidate_id, gpu_model, status, reason, wall_s, started_at),
+            )
+            if profile is not None:
+                db.execute(
+                    "INSERT OR REPLACE INTO profiles VALUES (?, ?, ?, ?, ?, ?)",
+                    (
+                        candidate_id,
+                        generation,
+                        gpu_model,
+                        kernel,
+                        json.dumps(dict(profile), sort_keys=True),
+                        started_at + wall_s,
+                    ),
+                )
+
+    def profiles(self, kernel: str, generation: str, gpu_model: str) -> dict[str, dict[str, Any]]:
+        """Candidate id -> stored profile (``Profile.to_dict()``) of a generation on a model."""
+        return {
+            r["candidate_id"]: dict(json.loads(r["profile_json"]))
+            for r in self._query(
+                "SELECT candidate_id, profile_json FROM profiles"
+                " WHERE kernel=? AND generation=? AND gpu_model=?",
+                (kernel, generation, gpu_model),
+            )
+        }
+
+    def profiling_attempted(self, kernel: str, generation: str, gpu_model: str) -> set[str]:
+        """Candidates with a finished profiling run (profiled, failed or timed out) on a model:
+        not profiled again."""
+        return {
+            r["candidate_id"]
+            for r in self._query(
+                "SELECT DISTINCT candidate_id FROM profiling_runs WHERE kernel=? AND"
+                " generation=? AND gpu_model=? AND status IN ('ok', 'failed', 'timeout')",
+                (kernel, generation, gpu_model),
+            )
+        }
+
+    def profiling_totals(
+        self, after_seq: int = 0, bucket_bounds: tuple[float, ...] = ()
+    ) -> tuple[int, dict[str, int], tuple[int, float, tuple[int, ...]]]:
+        """Profiling runs recorded after ``after_seq``: the newest seq, runs per status, and
+        (count, total seconds, cumulative counts at or below each bound) of their durations."""
+        upto = int(self._query("SELECT COALESCE(MAX(seq), 0) AS s FROM profiling_runs")[0]["s"])
+        window = (after_seq, upto)
+        statuses = {
+            r["status"]: int(r["n"])
+            for r in self._query(
+                "SELECT status, COUNT(*) AS n FROM profiling_runs WHERE seq > ? AND seq <= ?"
+                " GROUP BY status",
+                window,
+            )
+        }
+        le = "".join(", SUM(wall_s <= ?)" for _ in bucket_bounds)
+        r = self._query(
+            f"SELECT COUNT(*) AS n, COALESCE(SUM(wall_s), 0.0) AS total{le}"
+            " FROM profiling_runs WHERE seq > ? AND seq <= ?",
+            (*bucket_bounds, *window),
+        )[0]
+        below = tuple(int(r[2 + i] or 0) for i in range(len(bucket_bounds)))
+        return upto, statuses, (int(r["n"]), float(r["total"]), below)
+
+    def record_peaks(self, gpu_model: str, peaks: Mapping[str, Any]) -> None:
+        """Remember a GPU model's measured peaks (``profilers.peaks.Peaks.to_dict()``)."""
+        with self._transaction() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO gpu_peaks VALUES (?, ?, ?)",
+                (gpu_model, json.dumps(dict(peaks), sort_keys=True), time.time()),
+            )
+
+    def peaks(self, gpu_model: str) -> dict[str, Any] | None:
+        rows = self._query("SELECT peaks_json FROM gpu_peaks WHERE gpu_model=?", (gpu_model,))
+        return dict(json.loads(rows[0]["peaks_json"])) if rows else None
+
+    def record_roofline(
+        self,
+        *,
+        kernel: str,
+        generation: str,
+        fingerprint: str,
+        candidate_id: str,
+        fraction: float,
+        figures: Mapping[str, Any],
+    ) -> None:
+        """A candidate's roofline fraction on a fingerprint (``figures``: per-case detail)."""
+        with self._transaction() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO rooflines VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    candidate_id,
+                    generation,
+                    fingerprint,
+                    kernel,
+                    fraction,
+                    json.dumps(dict(figures), sort_keys=True),
+                ),
+            )
+
+    def rooflines(self, kernel: str, generation: str, fingerprint: str) -> dict[str, float]:
+        """Candidate id -> roofline fraction of a generation on a fingerprint."""
+        return {
+            r["candidate_id"]: float(r["fraction"])
+            for r in self._query(
+                "SELECT candidate_id, fraction FROM rooflines"
+                " WHERE kernel=? AND generation=? AND fingerprint=?",
+                (kernel, generation, fingerprint),
+            )
+        }
+
+    def hardware_token(self) -> int:
+        """Changes whenever a profile or roofline figure is added (readers re-read then)."""
+        row = self._query(
+            "SELECT (SELECT COALESCE(MAX(seq), 0) FROM profiling_runs)"
+            " + (SELECT COALESCE(MAX(rowid), 0) FROM rooflines) AS t"
+        )[0]
+        return int(row["t"])
+
+    def best_hardware(
+        self, names: Collection[str]
+    ) -> dict[str, tuple[dict[str, Any] | None, float | None]]:
+        """For each kernel in ``names``: the profile and the roofline fraction of its
+        incumbent (as :meth:`best` defines it, on its latest fingerprint); kernels without a
+        best are absent, unknown figures are ``None``."""
+        out: dict[str, tuple[dict[str, Any] | None, float | None]] = {}
+        for name in sorted(names):
+            best = self.best(name)
+            if best is None:
+                continue
+            model = self.fingerprint(best.fingerprint).get("gpu_model", "")
+            profile = self.profiles(name, best.generation, model).get(best.candidate_id)
+            fraction = self.rooflines(name, best.generation, best.fingerprint).get(
+                best.candidate_id
+            )
+            out[name] = (profile, fraction)
+        return out
+
+
+@dataclass(frozen=True)
+class CaseTimingRow:
+    """A successfully evaluated candidate's per-case figures (read model of the runtime).
+
+    ``timings``: per-case median seconds (case label, e.g. ``M=4096xN=4096/float16``);
+    ``samples``: the raw samples behind each median; ``statuses``: its acceptance decisions.
+    """
+
+    candidate_id: str
+    knobs: Mapping[str, Any]
+    source_hash: str
+    provenance: Provenance
+    timings: Mapping[str, float]
+    samples: Mapping[str, list[float]]
+    timing_kind: str
+    statuses: frozenset[str]
 
 
 def _spec_summary(spec: KernelSpec) -> dict[str, Any]:

@@ -1,0 +1,522 @@
+"""Evaluation throughput: a serial autotuner-style sweep against ktuned's pipelined sweep.
+
+On a GPU (the figures of bench/RESULTS.md), with the example matmul at one timed shape
+(fp16, 4096^3) and a knob space of 216 configurations:
+
+(a) **serial sweep** in the style of Triton's autotuner: one process, a fresh Triton cache,
+    each configuration compiled (its first launch) then timed like ``do_bench``
+    (``profilers.timing.gpu_median_seconds``: L2 flushed, median), one after another;
+(b) **ktuned's pipelined sweep** of the same configurations: the compile pool (default: the
+    cores minus one) compiles ahead into the GPU worker's Triton cache (fresh too) while the
+    worker checks and times them one at a time (``tuned.pipeline.evaluate_ahead``; every
+    correctness check runs, timing with the same settings as (a));
+(c) **ktuned's default policy** (hierarchical bandit, through the pipeline, from a fresh
+    state and a cold cache): wall time until it has evaluated a configuration whose time in
+    (a)'s table is within 1 % of (a)'s best, as a fraction of (a)'s wall time.
+
+Printed: configurations per minute of (a) and (b), their best configurations (and (b)'s best
+timed by (a)), the GPU's busy fraction during (b) (benchmark-phase seconds / wall, and NVML
+utilization sampled every 0.1 s when pynvml is there), and (c). ``--out`` gets a JSON with
+every configuration's times in (a) and (b) (the exhaustive table) and the summary.
+
+    python bench/throughput.py --out throughput.json          # GPU, about 6 minutes on an H100
+    python bench/throughput.py --smoke --out /tmp/t.json      # CPU interpreter, seconds: CI
+
+Walls exclude process start-up (PyTorch imports, CUDA context) on both sides: a tuner runs
+inside a process that is already up, as the daemon's worker and pool are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import itertools
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from profilers.timing import TimingSettings  # noqa: E402
+from tuned.campaign import Campaign, TuneSettings  # noqa: E402
+from tuned.evaluation.client import EvaluationSettings, WorkerClient  # noqa: E402
+from tuned.evaluation.compile_pool import (  # noqa: E402
+    CompilePool,
+    CompileTarget,
+    default_compile_workers,
+)
+from tuned.outcomes import Candidate, Outcome, Provenance  # noqa: E402
+from tuned.pipeline import PipelineSettings, evaluate_ahead, pipeline_for  # noqa: E402
+from tuned.registry import load_entry  # noqa: E402
+from tuned.registry.spec import KernelSpec  # noqa: E402
+from tuned.store import SqliteStore  # noqa: E402
+
+MATMUL = ROOT / "examples" / "registry" / "matmul"
+
+GPU_KNOBS: dict[str, list[int]] = {
+    "BLOCK_M": [64, 128, 256],
+    "BLOCK_N": [64, 128, 256],
+    "BLOCK_K": [32, 64, 128],
+    "GROUP_M": [8],
+    "num_warps": [4, 8],
+    "num_stages": [2, 3, 4, 5],
+}
+SMOKE_KNOBS: dict[str, list[int]] = {
+    "BLOCK_M": [16, 32],
+    "BLOCK_N": [16, 32],
+    "BLOCK_K": [16],
+    "GROUP_M": [8],
+    "num_warps": [4],
+    "num_stages": [2],
+}
+GPU_SHAPE = {"M": 4096, "N": 4096, "K": 4096}
+SMOKE_SHAPE = {"M": 32, "N": 32, "K": 32}
+
+
+def write_entry(directory: Path, *, smoke: bool) -> Path:
+    """The example matmul with one timed shape and the benchmark's knob space."""
+    directory.mkdir(parents=True, exist_ok=True)
+    shutil.copy(MATMUL / "matmul.py", directory / "matmul.py")
+    shape = SMOKE_SHAPE if smoke else GPU_SHAPE
+    knobs = SMOKE_KNOBS if smoke else GPU_KNOBS
+    dims = ", ".join(f"{k}: {v}" for k, v in shape.items())
+    knob_lines = "\n".join(f"  {k}: {v}" for k, v in knobs.items())
+    (directory / "kernel.yaml").write_text(
+        f"name: matmul\nmodule: matmul.py\nlauncher: matmul\nreference: reference\n"
+        f"inputs: make_inputs\nshapes:\n  - {{{dims}, perf: true}}\ndtypes: [float16]\n"
+        f"tolerance: {{float16: {{atol: 1.0e-2, rtol: 1.0e-2}}}}\nknobs:\n{knob_lines}\n"
+    )
+    return directory
+
+
+def configurations(knobs: dict[str, list[int]], limit: int | None) -> list[dict[str, int]]:
+    names = list(knobs)
+    out = [dict(zip(names, values)) for values in itertools.product(*knobs.values())]
+    return out[:limit] if limit else out
+
+
+def key(config: dict[str, Any]) -> str:
+    return json.dumps(config, sort_keys=True)
+
+
+# ----------------------------------------------------------------------------- (a) serial
+
+
+def serial_child(entry: Path, configs_path: Path, out_path: Path) -> None:
+    """Runs in its own process with a fresh TRITON_CACHE_DIR: compile then time each config."""
+    import torch
+
+    from profilers.timing import gpu_median_seconds, wall_median_seconds
+
+    gpu = os.environ.get("TRITON_INTERPRET") != "1"
+    spec = importlib.util.spec_from_file_location("bench_matmul", entry / "matmul.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    shape = json.loads((configs_path.parent / "shape.json").read_text())
+    configs = json.loads(configs_path.read_text())
+    a, b = module.make_inputs(shape, torch.float16, "cuda" if gpu else "cpu", 0)
+    timing = TimingSettings(interpreter_reps=1) if not gpu else TimingSettings()
+    rows = []
+    started = time.perf_counter()
+    for config in configs:
+        t0 = time.perf_counter()
+        row: dict[str, Any] = {"knobs": config}
+        try:
+            module.matmul(a, b, **config)  # compiles (first launch), as the autotuner's first call
+            if gpu:
+                torch.cuda.synchronize()
+            t1 = time.perf_counter()
+            fn = lambda c=config: module.matmul(a, b, **c)
+            median, _ = (gpu_median_seconds if gpu else wall_median_seconds)(fn, timing)
+            t2 = time.perf_counter()
+            row.update(compile_s=t1 - t0, bench_s=t2 - t1, time_s=median)
+        except Exception as exc:  # noqa: BLE001 - recorded per configuration, like the autotuner
+            row.update(
+                compile_s=time.perf_counter() - t0,
+                bench_s=0.0,
+                time_s=None,
+                error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+            )
+        rows.append(row)
+    wall = time.perf_counter() - started
+    out_path.write_text(json.dumps({"wall_s": wall, "rows": rows}))
+
+
+def run_serial(
+    entry: Path, configs: list[dict[str, int]], work: Path, *, smoke: bool
+) -> dict[str, Any]:
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "configs.json").write_text(json.dumps(configs))
+    shape = SMOKE_SHAPE if smoke else GPU_SHAPE
+    (work / "shape.json").write_text(json.dumps(shape))
+    env = dict(os.environ, TRITON_CACHE_DIR=str(work / "triton-cache"), PYTHONPATH=str(ROOT))
+    if smoke:
+        env["TRITON_INTERPRET"] = "1"
+    else:
+        env.pop("TRITON_INTERPRET", None)
+    subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--serial-child",
+            str(entry),
+            str(work / "configs.json"),
+            str(work / "serial.json"),
+        ],
+        env=env,
+        check=True,
+    )
+    data: dict[str, Any] = json.loads((work / "serial.json").read_text())
+    return data
+
+
+# ----------------------------------------------------------------------------- (b) pipelined
+
+
+class UtilizationSampler:
+    """NVML GPU utilization every 0.1 s while running (nothing when pynvml is missing)."""
+
+    def __init__(self, index: int = 0) -> None:
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._handle: Any = None
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            self._nvml: Any = pynvml
+        except Exception:  # noqa: BLE001 - no NVML: the benchmark-phase fraction stands alone
+            self._handle = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> UtilizationSampler:
+        if self._handle is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._handle is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            self.samples.append(float(self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu))
+
+    @property
+    def mean(self) -> float | None:
+        return sum(self.samples) / len(self.samples) / 100.0 if self.samples else None
+
+
+def evaluation_settings(smoke: bool) -> EvaluationSettings:
+    timing = TimingSettings(interpreter_reps=1) if smoke else TimingSettings()
+    return EvaluationSettings(interpreter=smoke, timing=timing, seeds=(0, 1))
+
+
+def candidates_of(spec: KernelSpec, configs: list[dict[str, int]]) -> list[Candidate]:
+    return [
+        Candidate(
+            kernel=spec.name,
+            generation=spec.generation,
+            source=spec.module_source,
+            knobs=config,
+            provenance=Provenance.PARAMETRIC,
+            strategy="sweep",
+        )
+        for config in configs
+    ]
+
+
+def run_pipelined(
+    spec: KernelSpec, configs: list[dict[str, int]], work: Path, *, workers: int, smoke: bool
+) -> dict[str, Any]:
+    settings = evaluation_settings(smoke)
+    with WorkerClient(workdir=work / "worker", settings=settings) as client:
+        t_start = time.perf_counter()
+        client.start()
+        target = CompileTarget.from_dict(client.target) if client.target else None
+        with CompilePool(
+            workdir=work / "compile",
+            cache_dir=work / "worker" / "triton-cache",
+            settings=settings,
+            workers=workers,
+            target=target,
+        ) as pool:
+            ready = pool.wait_ready(settings.startup_timeout_s)
+            startup = time.perf_counter() - t_start
+            rows = []
+            with UtilizationSampler() as nvml:
+                started = time.perf_counter()
+                for candidate, result in evaluate_ahead(
+                    spec, candidates_of(spec, configs), client=client, pool=pool
+                ):
+                    rows.append(
+                        {
+                            "knobs": dict(candidate.knobs),
+                            "outcome": result.outcome.value,
+                            "time_s": result.time_s,
+                            "reason": result.reason[:300],
+                            "phases": dict(result.phase_seconds),
+                            "precompiled": bool(result.metadata.get("precompiled", False)),
+                        }
+                    )
+                wall = time.perf_counter() - started
+    return {
+        "wall_s": wall,
+        "startup_s": startup,
+        "workers": workers,
+        "workers_ready": ready,
+        "target": None if target is None else target.to_dict(),
+        "nvml_utilization": nvml.mean,
+        "rows": rows,
+    }
+
+
+# ----------------------------------------------------------------------------- (c) policy
+
+
+def run_policy(
+    spec: KernelSpec,
+    serial_times: dict[str, float],
+    work: Path,
+    *,
+    workers: int,
+    smoke: bool,
+    cap_s: float,
+) -> dict[str, Any]:
+    best = min(serial_times.values())
+    store = SqliteStore(work / "state" / "ktuned.sqlite")
+    store.sync_kernel(spec)
+    settings = evaluation_settings(smoke)
+    with WorkerClient(workdir=work / "state" / "workers" / "0", settings=settings) as client:
+        t_start = time.perf_counter()
+        fid = store.record_fingerprint(client.start())
+        campaign = Campaign(
+            spec=spec,
+            store=store,
+            client=client,
+            fingerprint=fid,
+            settings=TuneSettings(budget=None),
+        )
+        pipeline = pipeline_for(client, workers=workers, settings=PipelineSettings())
+        pipeline.pool.wait_ready(settings.startup_timeout_s)
+        startup = time.perf_counter() - t_start
+        started = time.perf_counter()
+        reached_at, evaluations, reached_knobs = None, 0, None
+        try:
+            while time.perf_counter() - started < cap_s:
+                row = pipeline.step(campaign)
+                if row is None:
+                    break
+                evaluations += 1
+                t = serial_times.get(key(dict(row.knobs)))
+                if row.result.outcome is Outcome.OK and t is not None and t <= 1.01 * best:
+                    reached_at, reached_knobs = time.perf_counter() - started, dict(row.knobs)
+                    break
+        finally:
+            pipeline.close()
+        incumbent = store.best(spec.name, fid)
+    store.close()
+    held = None if incumbent is None else serial_times.get(key(dict(incumbent.knobs)))
+    return {
+        "reached_s": reached_at,
+        "evaluations": evaluations,
+        "reached_knobs": reached_knobs,
+        "startup_s": startup,
+        "incumbent_knobs": None if incumbent is None else dict(incumbent.knobs),
+        "incumbent_serial_ratio": None if held is None else held / best,
+    }
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def fmt(seconds: float | None) -> str:
+    if seconds is None or math.isnan(seconds):
+        return "-"
+    if seconds >= 1:
+        return f"{seconds:.1f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds * 1e6:.3g} us"
+
+
+def summarize(
+    serial: dict[str, Any], piped: dict[str, Any], policy: dict[str, Any]
+) -> dict[str, Any]:
+    n = len(serial["rows"])
+    s_times = {key(r["knobs"]): r["time_s"] for r in serial["rows"] if r["time_s"] is not None}
+    p_times = {key(r["knobs"]): r["time_s"] for r in piped["rows"] if r["time_s"] is not None}
+    s_best = min(s_times, key=s_times.__getitem__) if s_times else None
+    p_best = min(p_times, key=p_times.__getitem__) if p_times else None
+    phases: dict[str, float] = {}
+    for r in piped["rows"]:
+        for phase, seconds in r["phases"].items():
+            phases[phase] = phases.get(phase, 0.0) + seconds
+    worker = sum(phases.get(p, 0.0) for p in ("load", "compile", "correctness", "benchmark"))
+    return {
+        "configurations": n,
+        "serial_wall_s": serial["wall_s"],
+        "serial_compile_s": sum(r["compile_s"] for r in serial["rows"]),
+        "serial_bench_s": sum(r["bench_s"] for r in serial["rows"]),
+        "serial_configs_per_min": 60.0 * n / serial["wall_s"],
+        "pipelined_wall_s": piped["wall_s"],
+        "pipelined_configs_per_min": 60.0 * n / piped["wall_s"],
+        "speedup": serial["wall_s"] / piped["wall_s"],
+        "serial_best": None if s_best is None else json.loads(s_best),
+        "serial_best_s": None if s_best is None else s_times[s_best],
+        "pipelined_best": None if p_best is None else json.loads(p_best),
+        "pipelined_best_s": None if p_best is None else p_times[p_best],
+        "pipelined_best_by_serial_ratio": None
+        if p_best is None or s_best is None or p_best not in s_times
+        else s_times[p_best] / s_times[s_best],
+        "same_best": s_best == p_best,
+        "pipelined_phase_seconds": phases,
+        "gpu_busy_benchmark_fraction": phases.get("benchmark", 0.0) / piped["wall_s"],
+        "gpu_worker_busy_fraction": worker / piped["wall_s"],
+        "nvml_utilization": piped["nvml_utilization"],
+        "policy_reached_s": policy["reached_s"],
+        "policy_fraction_of_serial": None
+        if policy["reached_s"] is None
+        else policy["reached_s"] / serial["wall_s"],
+        "policy_evaluations": policy["evaluations"],
+    }
+
+
+def print_table(s: dict[str, Any], device: str) -> None:
+    print(f"\nDevice: {device}; {s['configurations']} configurations of the matmul knob space")
+    print(f"{'sweep':<28} {'wall':>9} {'configs/min':>12} {'best':>10}  best knobs")
+    print("-" * 100)
+    print(
+        f"{'(a) serial, autotuner-style':<28} {fmt(s['serial_wall_s']):>9} "
+        f"{s['serial_configs_per_min']:>12.1f} {fmt(s['serial_best_s']):>10}  {s['serial_best']}"
+    )
+    print(
+        f"{'(b) ktuned pipelined':<28} {fmt(s['pipelined_wall_s']):>9} "
+        f"{s['pipelined_configs_per_min']:>12.1f} {fmt(s['pipelined_best_s']):>10}  "
+        f"{s['pipelined_best']}"
+    )
+    ratio = s["pipelined_best_by_serial_ratio"]
+    print(
+        f"\n(b)/(a) configurations per minute: {s['speedup']:.2f}x; same best: {s['same_best']}"
+        + (
+            ""
+            if ratio is None
+            else f" ((b)'s best is {100 * (ratio - 1):.2f} % from (a)'s best in (a)'s table)"
+        )
+    )
+    print(f"(a) split: compile {fmt(s['serial_compile_s'])}, benchmark {fmt(s['serial_bench_s'])}")
+    nvml = s["nvml_utilization"]
+    print(
+        f"GPU busy during (b): benchmark phases {100 * s['gpu_busy_benchmark_fraction']:.0f} % of "
+        f"the wall, all worker phases {100 * s['gpu_worker_busy_fraction']:.0f} %"
+        + ("" if nvml is None else f", NVML utilization {100 * nvml:.0f} %")
+    )
+    phases = ", ".join(f"{k} {fmt(v)}" for k, v in sorted(s["pipelined_phase_seconds"].items()))
+    print(f"(b) phase seconds, summed: {phases}")
+    frac = s["policy_fraction_of_serial"]
+    print(
+        "(c) default policy within 1 % of (a)'s best: "
+        + (
+            "not reached"
+            if frac is None
+            else f"after {fmt(s['policy_reached_s'])}, {s['policy_evaluations']} evaluations = "
+            f"{100 * frac:.1f} % of (a)'s wall"
+        )
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="JSON of every configuration")
+    parser.add_argument("--smoke", action="store_true", help="CPU interpreter, tiny: for CI")
+    parser.add_argument("--workers", type=int, default=None, help="compile processes (cores-1)")
+    parser.add_argument("--configs", type=int, default=None, help="use only the first N")
+    parser.add_argument("--workdir", type=Path, default=None, help="default: a temporary dir")
+    args = parser.parse_args(argv)
+    workers = args.workers or (1 if args.smoke else default_compile_workers())
+    knobs = SMOKE_KNOBS if args.smoke else GPU_KNOBS
+    configs = configurations(knobs, args.configs)
+    if not args.smoke:
+        import torch
+
+        if not torch.cuda.is_available():
+            parser.error("no CUDA GPU: run with --smoke on a CPU")
+        device = torch.cuda.get_device_name()
+    else:
+        device = "CPU (Triton interpreter; smoke run, not a result)"
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="ktuned-throughput-"))
+    entry = write_entry(work / "entry", smoke=args.smoke)
+    spec = load_entry(entry)
+    print(
+        f"{len(configs)} configurations, {workers} compile processes, work dir {work}", flush=True
+    )
+
+    t = time.perf_counter()
+    serial = run_serial(entry, configs, work / "serial", smoke=args.smoke)
+    print(f"(a) serial sweep done in {time.perf_counter() - t:.0f} s", flush=True)
+    t = time.perf_counter()
+    piped = run_pipelined(spec, configs, work / "pipelined", workers=workers, smoke=args.smoke)
+    print(f"(b) pipelined sweep done in {time.perf_counter() - t:.0f} s", flush=True)
+    serial_times = {key(r["knobs"]): r["time_s"] for r in serial["rows"] if r["time_s"] is not None}
+    t = time.perf_counter()
+    policy = run_policy(
+        spec,
+        serial_times,
+        work / "policy",
+        workers=workers,
+        smoke=args.smoke,
+        # On a GPU, not reaching it within (a)'s wall is a result in itself; a smoke run
+        # (interpreter, seconds) just has to get there.
+        cap_s=600.0 if args.smoke else serial["wall_s"],
+    )
+    print(f"(c) default policy done in {time.perf_counter() - t:.0f} s", flush=True)
+
+    summary = summarize(serial, piped, policy)
+    print_table(summary, device)
+    by_key = {key(r["knobs"]): r for r in piped["rows"]}
+    table = [
+        {
+            "knobs": r["knobs"],
+            "serial": {k: r.get(k) for k in ("compile_s", "bench_s", "time_s", "error")},
+            "pipelined": by_key.get(key(r["knobs"])),
+        }
+        for r in serial["rows"]
+    ]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(
+        json.dumps(
+            {
+                "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                "device": device,
+                "smoke": args.smoke,
+                "shape": SMOKE_SHAPE if args.smoke else GPU_SHAPE,
+                "workers": workers,
+                "summary": summary,
+                "pipelined": {k: v for k, v in piped.items() if k != "rows"},
+                "policy": policy,
+                "configurations": table,
+            },
+            indent=1,
+        )
+    )
+    print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--serial-child":
+        serial_child(Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4]))
+        sys.exit(0)
+    sys.exit(main())

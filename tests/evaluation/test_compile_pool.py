@@ -1,0 +1,183 @@
+"""The compile pool: failures recorded without the GPU worker, the pool recovers, nothing lost.
+
+The first tests run in Triton's interpreter (the pool makes its load checks only). The others
+compile for real for an H100 target on this CPU (Triton ships ``ptxas``): compiling ahead needs
+no GPU, so the cache-hit contract with the GPU worker is tested here too.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ADD_SOURCE, WriteEntry
+from tuned.evaluation import EvaluationSettings
+from tuned.evaluation.compile_pool import (
+    PRECOMPILE_PHASE,
+    QUEUE_PHASE,
+    CompilePool,
+    CompileTarget,
+)
+from tuned.evaluation.precompile import precompile_supported
+from tuned.outcomes import Candidate, Outcome, Provenance
+from tuned.registry import load_entry
+from tuned.registry.spec import KernelSpec
+
+ADVERSARIAL = Path(__file__).resolve().parents[1] / "adversarial"
+ROOT = Path(__file__).resolve().parents[2]
+H100 = CompileTarget(backend="cuda", arch=90, warp_size=32, max_shared_bytes=232448)
+
+ABORTS_AT_IMPORT = ADD_SOURCE + "\nimport os\nos.abort()\n"
+RAISES_AT_IMPORT = ADD_SOURCE + "\nraise ValueError('broken at import')\n"
+
+
+def _candidate(spec: KernelSpec, source: str | None = None, **knobs: int) -> Candidate:
+    return Candidate(
+        kernel=spec.name,
+        generation=spec.generation,
+        source=spec.module_source if source is None else source,
+        knobs=knobs,
+        provenance=Provenance.LLM if source is not None else Provenance.PARAMETRIC,
+        strategy="test",
+    )
+
+
+def test_a_hang_and_a_crash_at_import_are_recorded_and_the_pool_recovers(
+    tmp_path: Path, write_entry: WriteEntry
+) -> None:
+    spec = load_entry(write_entry())
+    settings = EvaluationSettings(interpreter=True, load_timeout_s=4.0, compile_timeout_s=4.0)
+    with CompilePool(
+        workdir=tmp_path / "compile",
+        cache_dir=tmp_path / "worker" / "triton-cache",
+        settings=settings,
+        workers=2,
+    ) as pool:
+        jobs = {
+            "good-1": pool.submit(spec, _candidate(spec, BLOCK=128)),
+            "hang": pool.submit(
+                spec, _candidate(spec, (ADVERSARIAL / "hang_at_import.py").read_text())
+            ),
+            "abort": pool.submit(spec, _candidate(spec, ABORTS_AT_IMPORT)),
+            "raises": pool.submit(spec, _candidate(spec, RAISES_AT_IMPORT)),
+            "syntax": pool.submit(spec, _candidate(spec, "def add(:\n")),
+            "good-2": pool.submit(spec, _candidate(spec, BLOCK=512)),
+            "good-3": pool.submit(spec, _candidate(spec, BLOCK=64)),
+        }
+        done = {name: job.result(timeout=120) for name, job in jobs.items()}
+        assert all(job.done() for job in jobs.values())  # nothing lost
+
+        hang, abort = done["hang"].result, done["abort"].result
+        assert hang.outcome is Outcome.TIMEOUT and hang.phase == "load", hang
+        assert "compile process group was killed" in hang.reason
+        assert abort.outcome is Outcome.CRASH and "SIGABRT" in abort.reason, abort
+        assert done["raises"].result.outcome is Outcome.RUNTIME_ERROR
+        assert "broken at import" in done["raises"].result.reason
+        assert done["syntax"].result.outcome is Outcome.REJECTED_STATIC
+        for name in ("good-1", "good-2", "good-3"):
+            assert done[name].ready, done[name].result
+            assert not done[name].compiled  # the interpreter compiles nothing
+            phases = done[name].result.phase_seconds
+            assert phases[QUEUE_PHASE] >= 0 and phases[PRECOMPILE_PHASE] >= 0
+        assert (pool.timeouts, pool.crashes) == (1, 1)
+
+        # The pool goes on with fresh processes.
+        later = pool.submit(spec, _candidate(spec, BLOCK=1024)).result(timeout=60)
+        assert later.ready
+        assert pool.starts >= 4  # two first processes, two replacements
+
+
+needs_compiler = pytest.mark.skipif(
+    precompile_supported() is not None, reason=f"no compile-ahead: {precompile_supported()}"
+)
+
+
+def _compile_pool(tmp_path: Path, target: CompileTarget = H100, workers: int = 1) -> CompilePool:
+    return CompilePool(
+        workdir=tmp_path / "compile",
+        cache_dir=tmp_path / "worker" / "triton-cache",
+        settings=EvaluationSettings(interpreter=False, load_timeout_s=60, compile_timeout_s=120),
+        workers=workers,
+        target=target,
+    )
+
+
+@needs_compiler
+def test_compiling_ahead_fills_the_cache_and_records_compile_errors(
+    tmp_path: Path, write_entry: WriteEntry
+) -> None:
+    spec = load_entry(write_entry())
+    cache = tmp_path / "worker" / "triton-cache"
+    with _compile_pool(tmp_path, workers=2) as pool:
+        good = pool.submit(spec, _candidate(spec, BLOCK=256, num_warps=4))
+        bad = pool.submit(spec, _candidate(spec, (ADVERSARIAL / "compile_error.py").read_text()))
+        good_done, bad_done = good.result(timeout=240), bad.result(timeout=240)
+    assert good_done.ready and good_done.compiled, good_done.result
+    assert good_done.result.metadata["specializations"] >= 1
+    entries = {p.name for p in cache.iterdir()}
+    assert entries, "nothing was written into the shared Triton cache"
+    assert bad_done.result.outcome is Outcome.COMPILE_ERROR
+    assert "power of 2" in bad_done.result.reason
+
+    # Tiles that need more shared memory than an H100 has fail as Triton's loader would fail
+    # in the worker: out of resources (the example matmul, 256 x 256 x 128 tiles, 5 stages).
+    matmul = load_entry(ROOT / "examples" / "registry" / "matmul")
+    huge = dict(BLOCK_M=256, BLOCK_N=256, BLOCK_K=128, GROUP_M=8, num_warps=8, num_stages=5)
+    with _compile_pool(tmp_path / "matmul") as pool:
+        failed = pool.submit(matmul, _candidate(matmul, **huge)).result(timeout=240)
+    assert failed.result.outcome is Outcome.COMPILE_ERROR, failed.result
+    assert "out of resource: shared memory" in failed.result.reason
+    assert "Hardware limit: 232448" in failed.result.reason
+
+
+_WORKER_SIDE = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    import torch
+    from triton.runtime import driver
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime.jit import JITFunction
+    from tuned.evaluation.precompile import CompileOnlyDriver
+    from tuned.evaluation.worker import ModuleLoader
+    driver.set_active(CompileOnlyDriver(GPUTarget("cuda", 90, 32)))
+    original = JITFunction.run
+    def compile_only(fn, *args, grid, warmup, **kwargs):
+        return original(fn, *args, grid=grid, warmup=True, **kwargs)
+    JITFunction.run = compile_only
+    source = Path(sys.argv[1]).read_text()
+    add = ModuleLoader(Path(sys.argv[2])).load(source, directory_key="k", extra_files={})
+    for n in (3000, 7, 9):  # the declared shapes and the derived one
+        x, y = add.make_inputs({"N": n}, torch.float16, "cpu", 0)  # real tensors and pointers
+        add.add(x, y, BLOCK=256, num_warps=4)
+    """
+)
+
+
+@needs_compiler
+def test_the_gpu_worker_finds_every_specialization_in_the_cache(
+    tmp_path: Path, write_entry: WriteEntry
+) -> None:
+    """What the worker compiles on its first launches (real tensors, not meta) is a cache hit:
+    the cache directory gains no entry."""
+    entry = write_entry()
+    spec = load_entry(entry)
+    cache = tmp_path / "worker" / "triton-cache"
+    with _compile_pool(tmp_path) as pool:
+        done = pool.submit(spec, _candidate(spec, BLOCK=256, num_warps=4)).result(timeout=240)
+    assert done.compiled, done.result
+    before = sorted(p.name for p in cache.iterdir())
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(TRITON_CACHE_DIR=str(cache), PYTHONPATH=str(ROOT), TRITON_HOME=str(cache.parent))
+    subprocess.run(
+        [sys.executable, "-c", _WORKER_SIDE, str(entry / "add.py"), str(tmp_path / "modules")],
+        env=env,
+        check=True,
+        timeout=240,
+    )
+    assert sorted(p.name for p in cache.iterdir()) == before

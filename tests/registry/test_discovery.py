@@ -1,0 +1,330 @@
+"""Knob discovery (``tuned.registry.discovery``) on small real Triton modules and the examples.
+
+Each small module exercises one rule; the examples are loaded with their ``knobs`` removed and
+the discovered space is compared with the declared one. The last test tunes an entry whose
+knobs were discovered, end to end, in Triton's interpreter.
+"""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import ADD_SOURCE, WriteEntry
+from tuned.campaign import TuneSettings
+from tuned.evaluation import EvaluationSettings
+from tuned.outcomes import Outcome, Provenance
+from tuned.registry import KernelSpec, load_entry, scan_registry
+from tuned.store import SqliteStore
+from tuned.tuning import tune_registry
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "registry"
+
+HEADER = """\
+import torch
+import triton
+import triton.language as tl
+"""
+
+COPY_KERNEL = """
+@triton.jit
+def _copy(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+"""
+
+DOT_KERNEL = """
+@triton.jit
+def _mm(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+        BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, EVEN_K: tl.constexpr):
+    rm = tl.arange(0, BLOCK_M)
+    rn = tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    a = tl.load(a_ptr + rm[:, None] * K + rk[None, :])
+    b = tl.load(b_ptr + rk[:, None] * N + rn[None, :])
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], tl.dot(a, b))
+"""
+
+TAIL = """
+
+def make_inputs(shape, dtype, device, seed):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(shape["N"], generator=g).to(dtype).to(device),)
+"""
+
+
+def entry(tmp_path: Path, body: str, *, kernel: str = COPY_KERNEL, knobs: object = None) -> Path:
+    """An entry whose module is ``HEADER + kernel + body`` (the launcher is ``run``)."""
+    directory = tmp_path / "e"
+    directory.mkdir(exist_ok=True)
+    (directory / "m.py").write_text(HEADER + kernel + "\n\n" + textwrap.dedent(body) + TAIL)
+    doc: dict[str, object] = {
+        "name": "e",
+        "module": "m.py",
+        "launcher": "run",
+        "inputs": "make_inputs",
+        "shapes": [{"N": 100, "perf": True}],
+        "dtypes": ["float32"],
+    }
+    if knobs is not None:
+        doc["knobs"] = knobs
+    (directory / "kernel.yaml").write_text(yaml.safe_dump(doc))
+    return directory
+
+
+def notices(spec: KernelSpec) -> str:
+    return "\n".join(p.reason for p in spec.notices)
+
+
+def test_block_warps_and_stages_from_launcher_parameters(tmp_path: Path) -> None:
+    spec = load_entry(
+        entry(
+            tmp_path,
+            """
+            def run(x, BLOCK: int = 1024, num_warps: int = 4, num_stages: int = 2):
+                out = torch.empty_like(x)
+                _copy[(triton.cdiv(x.numel(), BLOCK),)](
+                    x, out, x.numel(), BLOCK=BLOCK, num_warps=num_warps, num_stages=num_stages
+                )
+                return out
+            """,
+        )
+    )
+    assert not spec.knobs_declared
+    assert spec.knobs == {
+        "BLOCK": (128, 256, 512, 1024, 2048, 4096, 8192),  # 3 octaves either side
+        "num_warps": (1, 2, 4, 8, 16),
+        "num_stages": (1, 2, 3, 4, 5),  # passed at the launch, so tuned
+    }
+    assert spec.baseline_knobs == {"BLOCK": 1024, "num_warps": 4, "num_stages": 2}
+    assert spec.notices == ()
+
+
+def test_positional_binding_renamed_parameter_and_off_ladder_default(tmp_path: Path) -> None:
+    spec = load_entry(
+        entry(
+            tmp_path,
+            """
+            def run(x, *, block=1000, warps=16):
+                out = torch.empty_like(x)
+                _copy[(1,)](x, out, x.numel(), block, num_warps=warps)
+                return out
+            """,
+        )
+    )
+    # The knob is the launcher's parameter (what the tuner passes), named after it; the
+    # ladder is centred on the power of two below 1000 and the baseline stays 1000.
+    assert spec.knobs["block"] == (64, 128, 256, 512, 1024, 2048, 4096)
+    assert spec.knobs["warps"] == (1, 2, 4, 8, 16, 32)  # 32 when the default is already 16
+    assert spec.baseline_knobs == {"block": 1000, "warps": 16}
+
+
+def test_dot_kernel_bounds_groups_booleans_and_stages_notice(tmp_path: Path) -> None:
+    spec = load_entry(
+        entry(
+            tmp_path,
+            """
+            def run(a, b, BLOCK_M=128, BLOCK_N=64, BLOCK_K=32, GROUP_M=8, even_k=True,
+                    num_warps=4):
+                c = torch.empty((a.shape[0], b.shape[1]))
+                _mm[(1,)](a, b, c, 1, 1, 1, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+                          GROUP_M=GROUP_M, EVEN_K=even_k, num_warps=num_warps)
+                return c
+            """,
+            kernel=DOT_KERNEL,
+        )
+    )
+    assert spec.knobs == {
+        "BLOCK_M": (16, 32, 64, 128, 256),  # tl.dot: 16..256
+        "BLOCK_N": (16, 32, 64, 128, 256),
+        "BLOCK_K": (16, 32, 64, 128, 256),
+        "GROUP_M": (1, 2, 4, 8, 16),
+        "even_k": (False, True),
+        "num_warps": (1, 2, 4, 8, 16),
+    }
+    assert spec.baseline_knobs["even_k"] is True
+    # tl.dot without num_stages at the launch: no stages knob, and a notice with the fix.
+    assert "num_stages" not in spec.knobs
+    assert "add a parameter `num_stages: int = 3` to run" in notices(spec)
+
+
+def test_literals_at_the_launch_site_are_not_tuned_and_the_fix_is_named(tmp_path: Path) -> None:
+    spec = load_entry(
+        entry(
+            tmp_path,
+            """
+            def run(x):
+                out = torch.empty_like(x)
+                _copy[(1,)](x, out, x.numel(), BLOCK=512, num_warps=8, num_stages=3)
+                return out
+            """,
+        )
+    )
+    assert spec.knobs == {} and spec.baseline_knobs == {}
+    text = notices(spec)
+    for name, value in (("BLOCK", 512), ("num_warps", 8), ("num_stages", 3)):
+        assert (
+            f"passes {name}={value} as a literal, so it cannot be tuned" in text
+            and f"add a parameter `{name}: int = {value}` to run and pass `{name}={name}`" in text
+        ), text
+    assert all(p.field == "knobs" and p.file.name == "m.py" for p in spec.notices)
+    source = (spec.directory / "m.py").read_text().splitlines()
+    launch = next(i for i, line in enumerate(source, 1) if "_copy[(1,)]" in line)
+    assert str(spec.notices[0]).startswith(
+        f"{spec.directory / 'm.py'}: field 'knobs': line {launch}: "
+    )
+
+
+def test_parameters_without_a_literal_default_are_explained(tmp_path: Path) -> None:
+    spec = load_entry(
+        entry(
+            tmp_path,
+            """
+            def run(x, BLOCK, num_warps=2 ** 2, /, num_stages=None):
+                out = torch.empty_like(x)
+                _copy[(1,)](x, out, x.numel(), BLOCK=BLOCK, num_warps=num_warps,
+                            num_stages=num_stages)
+                return out
+            """,
+        )
+    )
+    assert spec.knobs == {}
+    text = notices(spec)
+    assert "BLOCK of run is positional-only" in text
+    assert "num_warps of run is positional-only" in text
+    assert "num_stages of run has the default `None`, not a literal" in text
+
+
+def test_no_default_and_non_literal_default(tmp_path: Path) -> None:
+    spec = load_entry(
+        entry(
+            tmp_path,
+            """
+            def run(x, BLOCK=2 ** 10, *, num_warps):
+                out = torch.empty_like(x)
+                _copy[(1,)](x, out, x.numel(), BLOCK=BLOCK, num_warps=num_warps)
+                return out
+            """,
+        )
+    )
+    assert spec.knobs == {}
+    text = notices(spec)
+    assert "BLOCK of run has the default `2 ** 10`, not a literal int or bool" in text
+    assert "num_warps of run has no default" in text
+
+
+def test_values_no_rule_covers_are_left_alone_with_a_notice(tmp_path: Path) -> None:
+    kernel = COPY_KERNEL.replace("BLOCK: tl.constexpr", "BLOCK: tl.constexpr, NUM_SM: tl.constexpr")
+    spec = load_entry(
+        entry(
+            tmp_path,
+            """
+            def run(x, BLOCK=256, num_sm=132, num_warps=4):
+                out = torch.empty_like(x)
+                _copy[(1,)](x, out, x.numel(), BLOCK, num_sm, num_warps=num_warps)
+                return out
+            """,
+            kernel=kernel,
+        )
+    )
+    assert set(spec.knobs) == {"BLOCK", "num_warps"}
+    assert "launcher parameter num_sm (default 132) feeds NUM_SM, but no discovery rule" in (
+        notices(spec)
+    )
+
+
+def test_autotuned_kernels_missing_launches_and_declared_empty_knobs(tmp_path: Path) -> None:
+    autotuned = "\n@triton.autotune(configs=[], key=['n'])" + COPY_KERNEL
+    launcher = """
+        def run(x, BLOCK=256):
+            out = torch.empty_like(x)
+            _copy[(1,)](x, out, x.numel(), BLOCK=BLOCK)
+            return out
+        """
+    spec = load_entry(entry(tmp_path, launcher, kernel=autotuned))
+    assert spec.knobs == {} and "decorated with @triton.autotune" in notices(spec)
+
+    spec = load_entry(entry(tmp_path, "def run(x, BLOCK=256):\n    return x.clone()\n"))
+    assert spec.knobs == {} and "no launch `kernel[grid](...)`" in notices(spec)
+
+    # `knobs: {}` declares an empty space: nothing is discovered, nothing is noted.
+    spec = load_entry(entry(tmp_path, launcher, knobs={}))
+    assert spec.knobs_declared and spec.knobs == {} and spec.notices == ()
+
+
+def test_discovery_never_executes_the_module(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    body = f"""
+        open({str(marker)!r}, "w").write("ran")
+
+        def run(x, BLOCK=256, num_warps=4):
+            out = torch.empty_like(x)
+            _copy[(1,)](x, out, x.numel(), BLOCK=BLOCK, num_warps=num_warps)
+            return out
+        """
+    spec = load_entry(entry(tmp_path, body))
+    assert set(spec.knobs) == {"BLOCK", "num_warps"} and not marker.exists()
+
+
+@pytest.mark.parametrize(
+    "name", ["layer_norm", "matmul", "rms_norm", "softmax", "swiglu", "vector_add"]
+)
+def test_examples_without_knobs_discover_their_declared_space(tmp_path: Path, name: str) -> None:
+    declared = load_entry(EXAMPLES / name)
+    copy = tmp_path / name
+    shutil.copytree(EXAMPLES / name, copy)
+    doc = yaml.safe_load((copy / "kernel.yaml").read_text())
+    del doc["knobs"]
+    (copy / "kernel.yaml").write_text(yaml.safe_dump(doc))
+    found = load_entry(copy)
+    assert not found.knobs_declared and found.notices == ()
+    assert list(found.knobs) == list(declared.knobs)  # same knobs, launcher order
+    assert found.baseline_knobs == declared.baseline_knobs
+    for knob, values in declared.knobs.items():
+        assert set(values) <= set(found.knobs[knob]), (knob, values, found.knobs[knob])
+        assert len(found.knobs[knob]) <= len(values) + 3, knob  # around, not everything
+
+
+def test_tuning_an_entry_with_discovered_knobs(tmp_path: Path, write_entry: WriteEntry) -> None:
+    yaml_text = textwrap.dedent(
+        """
+        name: add
+        module: add.py
+        launcher: add
+        reference: reference
+        inputs: make_inputs
+        shapes:
+          - {N: 3000, perf: true}
+          - {N: 7}
+        dtypes: [float32]
+        """
+    )
+    registry = write_entry("add", source=ADD_SOURCE, yaml=yaml_text).parent
+    spec = scan_registry(registry).entries[0]
+    assert spec.knobs == {
+        "BLOCK": (32, 64, 128, 256, 512, 1024, 2048),
+        "num_warps": (1, 2, 4, 8, 16),
+    }
+    store = SqliteStore(tmp_path / "s.sqlite")
+    report = tune_registry(
+        registry,
+        store=store,
+        state_dir=tmp_path / "state",
+        settings=TuneSettings(budget=2, seed=3),
+        evaluation=EvaluationSettings(interpreter=True),
+    )
+    assert report.summaries[0].evaluations == 2
+    trials = store.trials(spec.name, spec.generation, store.record_fingerprint(report.fingerprint))
+    assert [t.provenance for t in trials] == [Provenance.ORIGINAL, *[Provenance.PARAMETRIC] * 2]
+    assert trials[0].knobs == {"BLOCK": 256, "num_warps": 4}  # the launcher's defaults
+    for t in trials:
+        assert t.result.outcome is Outcome.OK, t.result.reason
+        assert all(
+            t.knobs[k] in spec.knobs[k] or t.provenance is Provenance.ORIGINAL for k in spec.knobs
+        )
+    assert len({t.candidate_id for t in trials}) == 3
+    store.close()

@@ -1,0 +1,240 @@
+"""The pipelined campaign: compile ahead in a pool, evaluate one at a time, record every phase."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ADD_SOURCE, WriteEntry
+from tuned.campaign import Campaign, TuneSettings
+from tuned.cli import main
+from tuned.daemon.config import ConfigError, parse_config
+from tuned.evaluation import EvaluationSettings, WorkerClient
+from tuned.metrics import StoreCollector
+from tuned.outcomes import Candidate, Outcome, Provenance
+from tuned.pipeline import (
+    GPU_QUEUE_PHASE,
+    PipelineSettings,
+    compile_workers_for,
+    evaluate_ahead,
+    pipeline_for,
+)
+from tuned.registry import load_entry
+from tuned.store import SqliteStore
+
+ADVERSARIAL = Path(__file__).resolve().parent / "adversarial"
+POOL_PHASES = {"compile_queue", "precompile", GPU_QUEUE_PHASE}
+WORKER_PHASES = {"load", "compile", "correctness", "benchmark"}
+
+
+def test_a_pipelined_campaign_spends_its_budget_and_records_every_phase(
+    tmp_path: Path, write_entry: WriteEntry
+) -> None:
+    spec = load_entry(write_entry())
+    store = SqliteStore(tmp_path / "state" / "ktuned.sqlite")
+    store.sync_kernel(spec)
+    settings = EvaluationSettings(interpreter=True)
+    with WorkerClient(workdir=tmp_path / "state" / "workers" / "0", settings=settings) as client:
+        fid = store.record_fingerprint(client.start())
+        campaign = Campaign(
+            spec=spec, store=store, client=client, fingerprint=fid, settings=TuneSettings(budget=5)
+        )
+        pipeline = pipeline_for(client, workers=2, settings=PipelineSettings(batch_size=2))
+        try:
+            summary = pipeline.run(campaign)
+        finally:
+            pipeline.close()
+    assert summary.evaluations == 5
+    trials = store.trials(spec.name, spec.generation, fid)
+    assert len(trials) == 6 and trials[0].provenance is Provenance.ORIGINAL
+    assert len({t.candidate_id for t in trials}) == 6  # nothing evaluated twice
+    for t in trials[1:]:
+        assert t.result.outcome is Outcome.OK, t.result.reason
+        assert set(t.result.phase_seconds) >= POOL_PHASES | WORKER_PHASES, t.result.phase_seconds
+        assert all(v >= 0 for v in t.result.phase_seconds.values())
+    assert store.policy_state(spec.name, spec.generation, fid, campaign.settings.policy)
+    assert campaign.remaining() == 0
+
+    # The phases, the pool's included, are exported as the phase-duration histogram.
+    collector = StoreCollector(store.path)
+    try:
+        families = {f.name: f for f in collector.collect()}
+    finally:
+        collector.close()
+    phases = {
+        s.labels["phase"]
+        for s in families["ktuned_evaluation_phase_duration_seconds"].samples
+        if s.name.endswith("_count")
+    }
+    assert phases >= POOL_PHASES | WORKER_PHASES
+
+
+def _candidate(source: str, spec_name: str, generation: str, **knobs: int) -> Candidate:
+    return Candidate(
+        kernel=spec_name,
+        generation=generation,
+        source=source,
+        knobs=knobs,
+        provenance=Provenance.LLM,
+        strategy="test",
+    )
+
+
+def test_failures_in_the_pool_never_reach_the_gpu_worker(
+    tmp_path: Path, write_entry: WriteEntry
+) -> None:
+    spec = load_entry(write_entry())
+    settings = EvaluationSettings(interpreter=True, load_timeout_s=4.0)
+    sources = {
+        "good": spec.module_source,
+        "hang": (ADVERSARIAL / "hang_at_import.py").read_text(),
+        "abort": ADD_SOURCE + "\nimport os\nos.abort()\n",
+        "good-2": spec.module_source.replace("out = x + y, for tests.", "same kernel, new id"),
+    }
+    candidates = {
+        name: _candidate(src, spec.name, spec.generation, BLOCK=256)
+        for name, src in sources.items()
+    }
+    with WorkerClient(workdir=tmp_path / "w" / "0", settings=settings) as client:
+        client.start()
+        pipeline = pipeline_for(client, workers=2)
+        try:
+            results = {
+                c.id: r
+                for c, r in evaluate_ahead(
+                    spec, candidates.values(), client=client, pool=pipeline.pool
+                )
+            }
+        finally:
+            pipeline.close()
+        assert client.starts == 1  # the GPU worker was never replaced
+    by_name = {name: results[c.id] for name, c in candidates.items()}
+    assert by_name["hang"].outcome is Outcome.TIMEOUT and by_name["hang"].phase == "load"
+    assert by_name["abort"].outcome is Outcome.CRASH and "SIGABRT" in by_name["abort"].reason
+    for name in ("good", "good-2"):
+        assert by_name[name].outcome is Outcome.OK, by_name[name].reason
+        assert set(by_name[name].phase_seconds) >= POOL_PHASES | WORKER_PHASES
+    for name in ("hang", "abort"):  # decided in the pool: no worker phase at all
+        assert not set(by_name[name].phase_seconds) & {"correctness", "benchmark"}
+
+
+def test_pipeline_settings_and_worker_counts_are_validated() -> None:
+    with pytest.raises(ValueError, match="batch_size"):
+        PipelineSettings(batch_size=0)
+    assert compile_workers_for(None, interpreter=True) == 0
+    assert compile_workers_for(None, interpreter=False) >= 1
+    assert compile_workers_for(3, interpreter=True) == 3
+    with pytest.raises(ValueError, match="compile_workers"):
+        compile_workers_for(-1, interpreter=False)
+
+
+def test_the_daemon_config_takes_compile_workers() -> None:
+    assert parse_config({}, source="t").evaluation.compile_workers is None  # auto
+    assert (
+        parse_config(
+            {"evaluation": {"compile_workers": "auto"}}, source="t"
+        ).evaluation.compile_workers
+        is None
+    )
+    assert (
+        parse_config({"evaluation": {"compile_workers": 6}}, source="t").evaluation.compile_workers
+        == 6
+    )
+    with pytest.raises(ConfigError, match=r"evaluation.compile_workers.*auto, or an integer >= 0"):
+        parse_config({"evaluation": {"compile_workers": -2}}, source="t")
+
+
+def test_ktuned_tune_runs_through_the_compile_pool(
+    tmp_path: Path, write_entry: WriteEntry, capsys: pytest.CaptureFixture[str]
+) -> None:
+    entry = write_entry()
+    state = tmp_path / "state"
+    code = main(
+        [
+            "tune",
+            str(entry),
+            "--budget",
+            "3",
+            "--device",
+            "interpreter",
+            "--compile-workers",
+            "2",
+            "--state-dir",
+            str(state),
+        ]
+    )
+    assert code == 0, capsys.readouterr().err
+    store = SqliteStore(state / "ktuned.sqlite")
+    try:
+        kernel = store.kernel("add")
+        assert kernel is not None
+        best = store.best("add")
+        assert best is not None
+        trials = store.trials("add", kernel.generation, best.fingerprint)
+    finally:
+        store.close()
+    assert len(trials) == 4
+    assert all(GPU_QUEUE_PHASE in t.result.phase_seconds for t in trials[1:])
+    assert (state / "workers" / "0-compile").is_dir()
+
+
+def test_a_pipeline_without_a_baseline_starts_with_it(
+    tmp_path: Path, write_entry: WriteEntry
+) -> None:
+    """The first step evaluates the original in the worker (no batch before a baseline)."""
+    spec = load_entry(write_entry())
+    store = SqliteStore(tmp_path / "s.sqlite")
+    store.sync_kernel(spec)
+    with WorkerClient(
+        workdir=tmp_path / "w" / "0", settings=EvaluationSettings(interpreter=True)
+    ) as c:
+        fid = store.record_fingerprint(c.start())
+        campaign = Campaign(
+            spec=spec, store=store, client=c, fingerprint=fid, settings=TuneSettings(budget=1)
+        )
+        assert campaign.propose_batch(4) == []
+        pipeline = pipeline_for(c, workers=1)
+        try:
+            first = pipeline.step(campaign)
+            assert first is not None and first.provenance is Provenance.ORIGINAL
+            second = pipeline.step(campaign)
+            assert second is not None and second.provenance is Provenance.PARAMETRIC
+            assert pipeline.step(campaign) is None  # the budget is spent
+        finally:
+            pipeline.close()
+
+
+def test_the_throughput_benchmark_runs_in_smoke_mode(tmp_path: Path) -> None:
+    """bench/throughput.py end to end on the CPU (the GPU run is the lead's; see RESULTS)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "throughput.json"
+    env = dict(os.environ, PYTHONPATH=str(root))
+    subprocess.run(
+        [
+            sys.executable,
+            str(root / "bench" / "throughput.py"),
+            "--smoke",
+            "--out",
+            str(out),
+            "--workdir",
+            str(tmp_path / "work"),
+        ],
+        env=env,
+        check=True,
+        timeout=240,
+        capture_output=True,
+    )
+    data = json.loads(out.read_text())
+    assert data["smoke"] and len(data["configurations"]) == 4
+    for row in data["configurations"]:
+        assert row["serial"]["time_s"] is not None
+        assert row["pipelined"]["outcome"] == "ok"
+    summary = data["summary"]
+    assert summary["pipelined_configs_per_min"] > 0 and summary["serial_configs_per_min"] > 0
+    assert summary["policy_reached_s"] is not None

@@ -1,0 +1,178 @@
+"""The attempt log: every LLM proposal, whatever became of it.
+
+A reply that yields a module becomes a candidate and its fate is an evaluation outcome in
+the store (``ok``, ``rejected_static``, ...). A request that yields no module never reaches
+the evaluations table, so its reason is kept here: ``no_code``, ``truncated``, ``empty``,
+``duplicate`` (a module already evaluated), ``budget`` (refused by the ledger, nothing
+sent) or ``llm_error`` (the API failed; the kind is in the reason). The prompt's history and
+``ktuned budget`` read this log; its rows live in the store's database file.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tuned.llm._db import connect
+
+__all__ = ["ATTEMPT_STATUSES", "AttemptLog", "AttemptRow"]
+
+#: Every status an attempt can end in (bounded: a metric label).
+ATTEMPT_STATUSES = (
+    "candidate",
+    "no_code",
+    "empty",
+    "truncated",
+    "duplicate",
+    "budget",
+    "llm_error",
+)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS llm_attempts (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    kernel TEXT NOT NULL,
+    generation TEXT NOT NULL,
+    purpose TEXT NOT NULL,
+    strategy TEXT NOT NULL,
+    parent_id TEXT,
+    status TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    candidate_id TEXT,
+    prompt_key TEXT,
+    tokens INTEGER NOT NULL,
+    cached INTEGER NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS llm_attempts_by_kernel ON llm_attempts (kernel, generation);
+"""
+
+
+@dataclass(frozen=True)
+class AttemptRow:
+    """One attempt; ``outcome`` is the candidate's first evaluation outcome (if any) and
+    ``time_s`` its time when it ran correctly."""
+
+    id: int
+    kernel: str
+    strategy: str
+    parent_id: str | None
+    status: str
+    reason: str
+    candidate_id: str | None
+    tokens: int
+    cached: bool
+    outcome: str | None = None
+    outcome_reason: str = ""
+    time_s: float | None = None
+
+    @property
+    def final_status(self) -> str:
+        """The evaluation outcome when there was a candidate, else the attempt's status."""
+        return self.outcome or self.status
+
+
+class AttemptLog:
+    """``llm_attempts`` in the database at ``path`` (its own connection)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._db = connect(path, _SCHEMA, what="LLM attempt log")
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def record(
+        self,
+        *,
+        kernel: str,
+        generation: str,
+        strategy: str,
+        status: str,
+        reason: str,
+        tokens: int,
+        purpose: str = "rewrite",
+        parent_id: str | None = None,
+        candidate_id: str | None = None,
+        prompt_key: str | None = None,
+        cached: bool = False,
+    ) -> int:
+        with self._lock:
+            cur = self._db.execute(
+                "INSERT INTO llm_attempts (kernel, generation, purpose, strategy, parent_id,"
+                " status, reason, candidate_id, prompt_key, tokens, cached, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    kernel,
+                    generation,
+                    purpose,
+                    strategy,
+                    parent_id,
+                    status,
+                    reason,
+                    candidate_id,
+                    prompt_key,
+                    tokens,
+                    int(cached),
+                    time.time(),
+                ),
+            )
+            assert cur.lastrowid is not None
+            return int(cur.lastrowid)
+
+    def recent(self, kernel: str, generation: str | None = None, n: int = 6) -> list[AttemptRow]:
+        """The latest ``n`` attempts on ``kernel`` (of ``generation`` if given), oldest first,
+        each with its candidate's first evaluation outcome."""
+        with self._lock:
+            args: tuple[object, ...] = (kernel,)
+            where = "kernel = ?"
+            if generation is not None:
+                where += " AND generation = ?"
+                args = (kernel, generation)
+            rows = self._db.execute(
+                "SELECT id, kernel, strategy, parent_id, status, reason, candidate_id, tokens,"
+                f" cached, generation FROM llm_attempts WHERE {where} ORDER BY id DESC LIMIT ?",
+                (*args, n),
+            ).fetchall()
+            out = []
+            for r in reversed(rows):
+                outcome, detail, time_s = self._outcome(r[6], r[9])
+                out.append(
+                    AttemptRow(
+                        int(r[0]), str(r[1]), str(r[2]), r[3], str(r[4]), str(r[5]), r[6],
+                        int(r[7]), bool(r[8]), outcome, detail, time_s,
+                    )
+                )  # fmt: skip
+            return out
+
+    def _outcome(
+        self, candidate_id: str | None, generation: str
+    ) -> tuple[str | None, str, float | None]:
+        if candidate_id is None:
+            return None, "", None
+        try:
+            row = self._db.execute(
+                "SELECT outcome, time_s, result_json FROM evaluations WHERE candidate_id = ?"
+                " AND generation = ? ORDER BY seq LIMIT 1",
+                (candidate_id, generation),
+            ).fetchone()
+        except sqlite3.OperationalError:  # no store tables in this file (tests of the log)
+            return None, "", None
+        if row is None:
+            return None, "", None
+        reason = str(json.loads(row[2]).get("reason", "")) if row[2] else ""
+        return str(row[0]), reason, None if row[1] is None else float(row[1])
+
+    def counts(self) -> dict[str, int]:
+        """Attempts by status (``ktuned budget``)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT status, COUNT(*) FROM llm_attempts GROUP BY status"
+            ).fetchall()
+        return {str(s): int(n) for s, n in rows}

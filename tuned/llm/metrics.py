@@ -1,0 +1,117 @@
+"""The LLM metric families, read from the ledger and the attempt log at scrape time.
+
+=========================================  ========  ================  =====================
+metric                                     type      labels            what
+=========================================  ========  ================  =====================
+``ktuned_llm_tokens_total``                counter   ``kind``          tokens charged:
+                                                                       ``prompt``,
+                                                                       ``completion``,
+                                                                       ``unreported`` (usage
+                                                                       missing or a crashed
+                                                                       request: charged at
+                                                                       its reservation)
+``ktuned_llm_reserved_tokens``             gauge                       held by requests in
+                                                                       flight
+``ktuned_llm_budget_limit_tokens``         gauge     ``scope``         cap (``total``,
+                                                                       ``daily``)
+``ktuned_llm_budget_remaining_tokens``     gauge     ``scope``         cap minus committed
+``ktuned_llm_kernel_tokens_total``         counter   ``kernel``        charged per kernel
+``ktuned_llm_cost_dollars_total``          counter                     from the price table
+``ktuned_llm_attempts_total``              counter   ``status``        what each request
+                                                                       gave (docs/llm.md)
+=========================================  ========  ================  =====================
+
+Without a configured budget (no LLM) the ``total`` scope reports a limit and a remainder of
+0, so the "budget nearly spent" alert (which needs a limit above 0) stays quiet.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import closing
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from tuned.llm.attempts import ATTEMPT_STATUSES
+from tuned.llm.ledger import BudgetCaps, read_totals
+
+__all__ = ["LLM_TOKEN_KINDS", "attempt_counts", "llm_families"]
+
+LLM_TOKEN_KINDS = ("prompt", "completion", "unreported")
+
+
+def llm_families(
+    db: sqlite3.Connection | None, budget: BudgetCaps | None, now: float | None = None
+) -> Iterator[Metric]:
+    """Every LLM family, from ``db`` (``None``: no database yet, all zeros)."""
+    now = time.time() if now is None else now
+    if db is None:
+        with closing(sqlite3.connect(":memory:")) as empty:
+            totals = read_totals(empty, now)
+    else:
+        totals = read_totals(db, now)
+    tokens = CounterMetricFamily(
+        "ktuned_llm_tokens", "LLM tokens charged by the ledger, by kind", labels=["kind"]
+    )
+    for kind in LLM_TOKEN_KINDS:
+        tokens.add_metric([kind], totals[kind])
+    yield tokens
+    yield GaugeMetricFamily(
+        "ktuned_llm_reserved_tokens",
+        "LLM tokens reserved by requests in flight (counted at their maximum)",
+        value=totals["held"],
+    )
+    limit = GaugeMetricFamily(
+        "ktuned_llm_budget_limit_tokens", "LLM token cap, by scope", labels=["scope"]
+    )
+    remaining = GaugeMetricFamily(
+        "ktuned_llm_budget_remaining_tokens",
+        "LLM tokens still allowed, by scope (cap minus charged and reserved)",
+        labels=["scope"],
+    )
+    if budget is None:
+        limit.add_metric(["total"], 0)
+        remaining.add_metric(["total"], 0)
+    else:
+        for scope in ("total", "daily"):
+            cap = budget.limit(scope)
+            if cap is None:
+                continue
+            limit.add_metric([scope], cap)
+            remaining.add_metric([scope], max(0, cap - totals["committed"][scope]))
+    yield limit
+    yield remaining
+    per_kernel = CounterMetricFamily(
+        "ktuned_llm_kernel_tokens",
+        "LLM tokens charged per kernel",
+        labels=["kernel"],
+    )
+    for kernel, n in sorted(totals["kernels"].items()):
+        per_kernel.add_metric([kernel], n)
+    yield per_kernel
+    yield CounterMetricFamily(
+        "ktuned_llm_cost_dollars",
+        "LLM spend in dollars, from the configured price table",
+        value=totals["cost_usd"],
+    )
+    attempts = CounterMetricFamily(
+        "ktuned_llm_attempts",
+        "LLM rewrite requests by what they gave (candidate, no_code, truncated, ...)",
+        labels=["status"],
+    )
+    counts = {status: 0 for status in ATTEMPT_STATUSES} | attempt_counts(db)
+    for status, n in sorted(counts.items()):
+        attempts.add_metric([status], n)
+    yield attempts
+
+
+def attempt_counts(db: sqlite3.Connection | None) -> dict[str, int]:
+    if db is None:
+        return {}
+    try:
+        rows = db.execute("SELECT status, COUNT(*) FROM llm_attempts GROUP BY status").fetchall()
+    except sqlite3.OperationalError:
+        return {}
+    return {str(s): int(n) for s, n in rows}

@@ -1,0 +1,144 @@
+"""The rewrite prompt: everything the model needs to improve one kernel in one reply.
+
+A system message states the contract (the whole module in one fenced Python block, the
+launcher's signature kept, imports and torch use limited as the static gate enforces). The
+user message gives the GPU, the parent's source with its measured time and, when profiled,
+its speed-of-light figures and bottleneck class, the chosen strategy's instruction, and the
+latest attempts on this kernel with their outcomes, so the model does not repeat a failure.
+
+The text is deterministic for equal inputs: the response cache is keyed by it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from tuned.llm.gate import ALLOWED_IMPORTS, TORCH_ALLOWED
+
+__all__ = ["Attempt", "PromptContext", "bottleneck", "build_messages"]
+
+SYSTEM = """\
+You are an expert GPU performance engineer who writes Triton kernels.
+You rewrite one Python module that holds Triton kernel(s) and a launcher so that it computes
+exactly the same outputs, faster, on the GPU described.
+
+Rules (a static checker enforces them; a module that breaks one is discarded unrun):
+- Reply with the complete module in ONE fenced ```python block. Nothing is merged: every
+  function the module needs must be in the block.
+- Keep the launcher's name and parameters exactly ({signature}). Knob parameters are passed
+  by keyword and must stay accepted, even if your code no longer needs them.
+- The launcher must compute through @triton.jit kernel(s) launched as kernel[grid](...).
+  In the launcher use torch only to allocate and reshape ({torch_allowed}); no torch compute
+  (no torch.add, x.sum(), @, F.*, nor calling a reference implementation).
+- Imports only from: {imports}.
+- No module-level state or caches, no classes, no exec/eval/open, no os/sys/threads/streams,
+  no monkey-patching.
+"""
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One earlier attempt on this kernel, as the history shows it."""
+
+    strategy: str
+    status: str  # the evaluation outcome, or why no candidate came out of the reply
+    detail: str = ""
+    speedup: float | None = None  # versus its parent, when it ran
+
+
+@dataclass(frozen=True)
+class PromptContext:
+    """What one rewrite prompt is built from."""
+
+    kernel: str
+    launcher: str
+    signature: str
+    parent_source: str
+    parent_knobs: Mapping[str, object]
+    strategy: str
+    instruction: str
+    gpu: Mapping[str, str] = field(default_factory=dict)
+    parent_time_s: float | None = None
+    baseline_time_s: float | None = None
+    timing_kind: str = ""
+    profile: Mapping[str, float] = field(default_factory=dict)
+    shapes: Sequence[Mapping[str, object]] = ()
+    dtypes: Sequence[str] = ()
+    history: Sequence[Attempt] = ()
+
+
+_SOL = (("sol_sm", "SM"), ("sol_dram", "DRAM"), ("sol_l2", "L2"))
+
+
+def bottleneck(profile: Mapping[str, float]) -> str | None:
+    """The bottleneck class from speed-of-light fractions: the most used resource, or
+    ``latency-bound`` when none reaches 60 %; ``None`` without a profile."""
+    known = [(float(profile[k]), name) for k, name in _SOL if k in profile]
+    if not known:
+        return None
+    value, name = max(known)
+    if value < 0.6:
+        return f"latency-bound (no resource above 60 % of peak; highest {name} {value:.0%})"
+    kind = "compute-bound" if name == "SM" else "memory-bound"
+    return f"{kind} ({name} at {value:.0%} of peak)"
+
+
+def _seconds(value: float) -> str:
+    return f"{value * 1e6:.1f} us" if value < 1e-2 else f"{value * 1e3:.2f} ms"
+
+
+def _gpu(gpu: Mapping[str, str]) -> str:
+    if not gpu:
+        return "unknown"
+    model = gpu.get("gpu_model", "unknown")
+    if gpu.get("mode") == "interpreter" or model == "none":
+        return "none here: kernels run in Triton's CPU interpreter (fewer, larger programs win)"
+    rest = ", ".join(f"{k}={v}" for k, v in sorted(gpu.items()) if k not in ("gpu_model",))
+    return f"{model} ({rest})" if rest else model
+
+
+def build_messages(ctx: PromptContext) -> list[dict[str, str]]:
+    """The chat messages (system, user) of one rewrite request."""
+    system = SYSTEM.format(
+        signature=ctx.signature,
+        torch_allowed=", ".join(f"torch.{n}" for n in sorted(TORCH_ALLOWED)[:8]) + ", views",
+        imports=", ".join(sorted(ALLOWED_IMPORTS)),
+    )
+    lines = [f"Kernel: {ctx.kernel}", f"GPU: {_gpu(ctx.gpu)}"]
+    if ctx.parent_time_s is not None:
+        timing = f"Measured time of this version: {_seconds(ctx.parent_time_s)}"
+        if ctx.baseline_time_s:
+            timing += f" (original: {_seconds(ctx.baseline_time_s)})"
+        if ctx.timing_kind == "interpreter":
+            timing += "; interpreter wall-clock, relative only"
+        lines.append(timing)
+    if ctx.shapes:
+        shapes = "; ".join(
+            ", ".join(f"{k}={v}" for k, v in s.items() if k != "perf") for s in ctx.shapes
+        )
+        lines.append(f"Shapes checked: {shapes}; dtypes: {', '.join(ctx.dtypes)}")
+    profile = bottleneck(ctx.profile)
+    if profile:
+        sol = ", ".join(f"{name} {ctx.profile[k]:.0%}" for k, name in _SOL if k in ctx.profile)
+        lines.append(f"Profile: {profile}; speed of light: {sol}")
+    knobs = ", ".join(f"{k}={v!r}" for k, v in ctx.parent_knobs.items())
+    lines.append(f"It is launched as {ctx.launcher}(*inputs, {knobs}).")
+    lines.append("")
+    lines.append(f"Strategy to apply ({ctx.strategy}): {ctx.instruction}")
+    if ctx.history:
+        lines.append("")
+        lines.append("Recent attempts on this kernel (newest last):")
+        for a in ctx.history:
+            gain = "" if a.speedup is None else f", {a.speedup:.2f}x vs its parent"
+            detail = f": {a.detail[:160]}" if a.detail else ""
+            lines.append(f"- {a.strategy}: {a.status}{gain}{detail}")
+    lines.append("")
+    lines.append("The current module:")
+    lines.append(f"```python\n{ctx.parent_source.rstrip()}\n```")
+    lines.append("")
+    lines.append(
+        f"Reply with the whole rewritten module in one ```python block, launcher "
+        f"{ctx.signature} unchanged."
+    )
+    return [{"role": "system", "content": system}, {"role": "user", "content": "\n".join(lines)}]

@@ -1,0 +1,285 @@
+"""``ktuned export``: a kernel's bests as a directory that runs without ktuned.
+
+Layout of ``DIR`` (a Python package; import it by its directory name, or load it with
+``_ktuned_runtime.load_export(DIR)``)::
+
+    __init__.py          loads the kernel at import: ``kernel`` and the launcher's name
+    _ktuned_runtime.py   tuned/runtime/standalone.py, verbatim (the code ``load`` runs)
+    manifest.json        kernel, generation, fingerprint, date, variants (file, SHA-256,
+                         knobs), knobs and speedup per timed shape with bootstrap intervals,
+                         the best's acceptance intervals
+    modules/             the original module, each variant's module, sibling modules
+
+At import, every module file is checked against its SHA-256 in the manifest; the bests run
+only on the device and software they were measured on (else the original runs, one log line).
+``--format triton-configs`` prints ``triton.Config`` lists instead, for users who keep
+Triton's autotuner.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from tuned import __version__
+from tuned.errors import BadInputError, StoreError
+from tuned.runtime import standalone
+from tuned.runtime.plan import Plan, describe_device, plan_on
+from tuned.runtime.shapes import ShapeBest
+from tuned.store.sqlite import SqliteStore
+
+__all__ = ["CONFIG_KWARGS", "export_kernel", "export_plan", "triton_configs"]
+
+#: Knobs that are keyword arguments of ``triton.Config`` rather than kernel meta-parameters.
+CONFIG_KWARGS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+
+ORIGINAL_FILE = "modules/ktuned_original.py"
+
+
+def export_plan(store: SqliteStore, name: str, fingerprint_id: str | None = None) -> Plan:
+    """The plan to export: on ``fingerprint_id``, else on the newest fingerprint on which
+    the kernel's current generation has a successful evaluation."""
+    kernel = store.kernel(name)
+    if kernel is None:
+        names = ", ".join(k.name for k in store.kernels()) or "none yet"
+        raise BadInputError(f"no kernel {name!r} in the store {store.path} (known: {names})")
+    if fingerprint_id is None:
+        evaluated = store.evaluated_fingerprints(name, kernel.generation)
+        if not evaluated:
+            raise BadInputError(
+                f"{name} (generation {kernel.generation[:12]}) has no successful evaluation "
+                "yet: nothing to export; run `ktuned tune` first"
+            )
+        fingerprint_id = evaluated[0][0]
+    plan = plan_on(store, name, fingerprint_id)
+    if plan.status not in ("tuned", "original"):
+        raise BadInputError(f"{name}: nothing to export: {plan.reason}")
+    return plan
+
+
+def _checked_source(store: SqliteStore, source_hash: str, what: str) -> str:
+    text = store.source(source_hash)
+    if text is None or standalone.sha256_text(text) != source_hash:
+        raise StoreError(
+            f"the stored source of {what} does not match its hash {source_hash[:16]}...: the "
+            f"store {store.path} was modified; nothing was exported"
+        )
+    return text
+
+
+def _interval(interval: Any) -> dict[str, float] | None:
+    return None if interval is None else dict(interval.to_dict())
+
+
+def _shape_entry(shape: ShapeBest, variant: int) -> dict[str, Any]:
+    dims, dtype = standalone.parse_label(shape.label)
+    return {
+        "label": shape.label,
+        "dims": dims,
+        "dtype": dtype,
+        "variant": variant,
+        "candidate": shape.candidate_id,
+        "time_s": shape.time_s,
+        "baseline_s": shape.baseline_s,
+        "speedup": shape.speedup,
+        "speedup_interval": _interval(shape.vs_baseline),
+        "vs_overall_best_interval": _interval(shape.vs_incumbent),
+    }
+
+
+def export_kernel(
+    store: SqliteStore,
+    name: str,
+    out: Path,
+    *,
+    fingerprint_id: str | None = None,
+    extra_files: Mapping[str, str] | None = None,
+) -> Path:
+    """Write kernel ``name``'s bests to the directory ``out`` (see the module docstring) and
+    return the manifest's path. ``out`` must be empty, absent or an earlier export (it is
+    replaced). ``extra_files``: sibling modules of a multi-file entry (by relative path)."""
+    plan = export_plan(store, name, fingerprint_id)
+    if out.exists() and any(out.iterdir()) and not (out / standalone.MANIFEST).is_file():
+        raise BadInputError(
+            f"{out} exists and is not an earlier export (no {standalone.MANIFEST}); give an "
+            "empty or new directory"
+        )
+    original = _checked_source(store, plan.original_hash, f"{name}'s original")
+    files: dict[str, str] = {ORIGINAL_FILE: original}
+    for rel, text in (extra_files or {}).items():
+        files[f"modules/{rel}"] = text
+    variants = []
+    for ref in plan.variants:
+        if ref.source_hash == plan.original_hash:
+            file = ORIGINAL_FILE
+        else:
+            file = f"modules/ktuned_variant_{ref.source_hash[:16]}.py"
+            files[file] = _checked_source(store, ref.source_hash, f"candidate {ref.candidate_id}")
+        variants.append(
+            {
+                "candidate": ref.candidate_id,
+                "provenance": ref.provenance,
+                "file": file,
+                "sha256": standalone.sha256_text(files[file]),
+                "knobs": dict(ref.knobs),
+            }
+        )
+    best = plan.best
+    assert best is not None  # export_plan returns tuned/original plans only
+    manifest = {
+        "format": standalone.EXPORT_FORMAT,
+        "kernel": plan.kernel,
+        "generation": plan.generation,
+        "launcher": plan.launcher,
+        "inputs": plan.inputs,
+        "status": plan.status,
+        "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "exported_by": f"ktuned {__version__}",
+        "fingerprint": dict(plan.fingerprint),
+        "fingerprint_id": plan.fingerprint_id,
+        "timing_kind": plan.timing_kind,
+        "original": {
+            "file": ORIGINAL_FILE,
+            "sha256": standalone.sha256_text(original),
+            "knobs": dict(plan.baseline_knobs),
+        },
+        "variants": variants,
+        "default": plan.default,
+        "differs_by_shape": plan.differs_by_shape,
+        "shapes": [_shape_entry(s, v) for s, v in zip(plan.shapes, plan.shape_variant)],
+        "best": {
+            "candidate": best.candidate_id,
+            "time_s": best.time_s,
+            "baseline_time_s": best.baseline_time_s,
+            "speedup": best.speedup,
+            "acceptance": [
+                {k: a[k] for k in ("status", "first", "second", "decided_at")}
+                for a in plan.acceptances
+            ],
+        },
+        "extra_files": [
+            {"file": f"modules/{rel}", "sha256": standalone.sha256_text(text)}
+            for rel, text in (extra_files or {}).items()
+        ],
+    }
+    if (out / "modules").is_dir():
+        shutil.rmtree(out / "modules")  # an earlier export's modules
+    for rel, text in files.items():
+        path = out / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    (out / "_ktuned_runtime.py").write_text(
+        Path(standalone.__file__).read_text(encoding="utf-8"), encoding="utf-8"
+    )
+    (out / "__init__.py").write_text(_package_init(plan), encoding="utf-8")
+    manifest_path = out / standalone.MANIFEST
+    manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", "utf-8")
+    return manifest_path
+
+
+def _package_init(plan: Plan) -> str:
+    fp = plan.fingerprint
+    device = fp.get("gpu_model") if fp.get("mode") == "gpu" else "the Triton interpreter"
+    launcher = plan.launcher if plan.launcher.isidentifier() else "kernel"
+    return f'''"""{plan.kernel}: the bests found by ktuned, runnable without ktuned.
+
+Measured on {device}, triton {fp.get("triton")}, torch {fp.get("torch")} (manifest.json has
+everything: knobs and speedups per timed shape, intervals, the fingerprint, the date)::
+
+    from <this package> import {launcher}
+    out = {launcher}(*inputs)    # the launcher's signature; tuned knobs for the call's shape
+
+Elsewhere (another GPU model, other driver/CUDA/Triton/PyTorch versions) or if a module file
+does not match its SHA-256, the original runs and one log line says why.
+"""
+
+from pathlib import Path as _Path
+
+from ._ktuned_runtime import load_export as _load_export
+
+kernel = _load_export(_Path(__file__).resolve().parent)
+{launcher} = kernel
+
+__all__ = {sorted({"kernel", launcher})!r}
+'''
+
+
+def triton_configs(plan: Plan) -> str:
+    """``triton.Config`` lists of a plan: the distinct variants, overall best first, and per
+    timed shape which one wins (Python source, printed by ``--format triton-configs``).
+
+    Assumes the launcher passes its knobs to the ``@triton.jit`` kernel under the same names
+    (true of the example registry); ``num_warps``/``num_stages``/``num_ctas``/``maxnreg``
+    become ``triton.Config`` keyword arguments.
+    """
+    fp = plan.fingerprint
+    lines = [
+        f"# ktuned: {plan.kernel}, generation {plan.generation[:12]}, "
+        f"{fp.get('gpu_model')} ({fp.get('mode')}), triton {fp.get('triton')}, "
+        f"torch {fp.get('torch')}; {plan.timing_kind} timings",
+    ]
+    for shape, index in zip(plan.shapes, plan.shape_variant):
+        speedup = f"{shape.speedup:.2f}x vs original" if shape.speedup else "no baseline"
+        lines.append(f"# {shape.label}: configs[{index}] ({speedup})")
+    lines += ["import triton", "", "configs = ["]
+    for v in plan.variants:
+        meta = {k: val for k, val in v.knobs.items() if k not in CONFIG_KWARGS}
+        kwargs = "".join(f", {k}={v.knobs[k]!r}" for k in CONFIG_KWARGS if k in v.knobs)
+        body = ", ".join(f"{k!r}: {val!r}" for k, val in sorted(meta.items()))
+        lines.append(f"    triton.Config({{{body}}}{kwargs}),")
+    lines.append("]")
+    return "\n".join(lines) + "\n"
+
+
+def export_command(store: SqliteStore, name: str, out: Path | None, fmt: str) -> str:
+    """What ``ktuned export`` prints: the ``triton.Config`` lists, or a summary of the
+    directory written to ``out`` (required for the directory format)."""
+    if fmt == "triton-configs":
+        return triton_configs(export_plan(store, name))
+    if out is None:
+        raise BadInputError("ktuned export: give --out DIR (or --format triton-configs)")
+    extra = _entry_extra_files(store, name)
+    manifest_path = export_kernel(store, name, out, extra_files=extra)
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    lines = [
+        f"exported {name} to {out} ({len(manifest['variants'])} variant(s), "
+        f"{len(manifest['shapes'])} timed shape(s), speedup "
+        f"{_ratio(manifest['best']['speedup'])} on {describe_device(manifest['fingerprint'])}"
+        f" ({manifest['timing_kind']} timings))",
+    ]
+    if manifest["differs_by_shape"]:
+        lines.append("the best differs by shape:")
+        for s in manifest["shapes"]:
+            knobs = manifest["variants"][s["variant"]]["knobs"]
+            lines.append(f"  {s['label']}: {knobs} ({_ratio(s['speedup'])} vs original)")
+    lines.append(
+        f"use: sys.path.insert(0, {str(out.resolve().parent)!r}); "
+        f"from {out.name} import {manifest['launcher']}"
+        if out.name.isidentifier()
+        else f"use: load_export(Path({str(out.resolve())!r})) from {out / '_ktuned_runtime.py'}"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _entry_extra_files(store: SqliteStore, name: str) -> dict[str, str]:
+    """Sibling modules of a multi-file entry, from its directory while it holds the tuned
+    generation (the store keeps the main module only)."""
+    kernel = store.kernel(name)
+    if kernel is None or not Path(kernel.directory).is_dir():
+        return {}
+    from tuned.errors import TunedError
+    from tuned.registry import load_entry
+
+    try:
+        spec = load_entry(kernel.directory)
+    except TunedError:
+        return {}
+    return dict(spec.extra_files) if spec.generation == kernel.generation else {}

@@ -1,0 +1,257 @@
+"""``tuned.runtime.load``: the daemon's results in a user's program, in one line.
+
+::
+
+    from tuned.runtime import load
+    softmax = load("softmax")          # once, at start-up
+    y = softmax(x)                     # the launcher's signature; tuned knobs per shape
+
+``load`` reads the store (read-only), picks the results measured on this process's device and
+software (:func:`~tuned.runtime.plan.plan_for`), verifies every source against its SHA-256,
+imports the variants and returns a :class:`~tuned.runtime.standalone.TunedKernel`. Whenever
+no validated variant can run (no result for this GPU, stale results, a tampered source, a
+variant that does not import) it runs the original at its declared knobs and says so in one
+log line (``fallback="error"`` raises instead). All work happens in ``load``; a call only
+routes (a dict lookup when the best differs by shape) and launches.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import logging
+import os
+import re
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from tuned.errors import StoreError, TunedError
+from tuned.runtime.plan import Plan, plan_for
+from tuned.runtime.shapes import DEFAULT_SHAPE_SETTINGS, ShapeSettings
+from tuned.runtime.standalone import (
+    Bucket,
+    TamperedSourceError,
+    TunedKernel,
+    Variant,
+    import_verified,
+    parse_label,
+    route_model,
+    runtime_device,
+    sha256_text,
+)
+from tuned.store.sqlite import SqliteStore
+
+__all__ = ["Fallback", "RuntimeLoadError", "current_fingerprint", "load", "resolve_store_path"]
+
+log = logging.getLogger("tuned.runtime")
+
+#: ``"original"`` (run the original, log once), ``"error"`` (raise), or a callable to run.
+Fallback = str | Callable[..., Any]
+
+STORE_FILE = "ktuned.sqlite"
+
+
+class RuntimeLoadError(TunedError):
+    """``load`` cannot give a callable: unknown kernel, missing store, a tampered original,
+    or (with ``fallback="error"``) no validated variant to run."""
+
+
+@functools.lru_cache(maxsize=1)
+def current_fingerprint() -> dict[str, str]:
+    """This process's fingerprint, computed once by the evaluation worker's own function."""
+    from tuned.evaluation.worker import fingerprint
+
+    return fingerprint(runtime_device())
+
+
+def resolve_store_path(store: str | os.PathLike[str] | None) -> Path:
+    """A state directory (its ``ktuned.sqlite``) or a database file; ``None``: the default
+    state directory (``$KTUNED_STATE_DIR``, else ``$XDG_STATE_HOME/ktuned``, else
+    ``~/.local/state/ktuned``), as every ktuned command uses."""
+    from tuned.tuning import default_state_dir
+
+    path = Path(store) if store is not None else default_state_dir()
+    return path / STORE_FILE if path.is_dir() or path.suffix != ".sqlite" else path
+
+
+def load(
+    name: str,
+    *,
+    store: str | os.PathLike[str] | SqliteStore | None = None,
+    fallback: Fallback = "original",
+    shape_of: Callable[..., Mapping[str, int]] | None = None,
+    settings: ShapeSettings = DEFAULT_SHAPE_SETTINGS,
+) -> TunedKernel:
+    """A callable with kernel ``name``'s launcher signature running its best validated
+    variant for this device and software, per timed shape (module docstring).
+
+    ``store``: a state directory, a database file or an open store. ``shape_of``: maps a
+    call's positional arguments to the registry's named dimensions (``{"M": ..., "N": ...}``),
+    for kernels whose shapes cannot be learnt from ``make_inputs``. Raises
+    :class:`RuntimeLoadError` (a :class:`~tuned.errors.TunedError`) when the kernel or the
+    store is unknown, or the stored original fails its hash check.
+    """
+    if not (fallback in ("original", "error") or callable(fallback)):
+        raise RuntimeLoadError(
+            f"fallback={fallback!r}: use 'original', 'error' or a callable to run instead"
+        )
+    if isinstance(store, SqliteStore):
+        return _load(store, name, fallback, shape_of, settings)
+    path = resolve_store_path(store)
+    if not path.exists():
+        raise RuntimeLoadError(
+            f"no ktuned store at {path}: tune first (ktuned tune / ktuned run), pass "
+            "store= the state directory used there, or set KTUNED_STATE_DIR"
+        )
+    try:
+        reader = SqliteStore.open_reader(path)
+    except StoreError as exc:
+        raise RuntimeLoadError(str(exc)) from exc
+    try:
+        return _load(reader, name, fallback, shape_of, settings)
+    finally:
+        reader.close()
+
+
+def _load(
+    store: SqliteStore,
+    name: str,
+    fallback: Fallback,
+    shape_of: Callable[..., Mapping[str, int]] | None,
+    settings: ShapeSettings,
+) -> TunedKernel:
+    try:
+        plan = plan_for(store, name, current_fingerprint(), settings)
+    except TunedError as exc:
+        raise RuntimeLoadError(str(exc)) from exc
+    extra = _extra_files(store, plan)
+    try:
+        original_module = _import_stored(store, plan, plan.original_hash, extra)
+    except TamperedSourceError as exc:
+        raise RuntimeLoadError(
+            f"{name}: the stored original does not match its hash ({exc}); the store at "
+            f"{store.path} was modified: sync the entry again (ktuned tune) before loading"
+        ) from exc
+    original = Variant(
+        getattr(original_module, plan.launcher), dict(plan.baseline_knobs), "original", "original"
+    )
+
+    def fall_back(status: str, reason: str, level: int) -> TunedKernel:
+        if fallback == "error":
+            raise RuntimeLoadError(f"{name}: no validated variant to run: {reason}")
+        runs = original if not callable(fallback) else Variant(fallback, {}, "fallback", "fallback")
+        log.log(level, "%s: running the %s: %s", name, runs.label, reason)
+        return TunedKernel(
+            name=name, status=status, reason=reason, variants=[runs], info=_info(plan)
+        )
+
+    if plan.status in ("none", "stale"):
+        return fall_back(plan.status, plan.reason, logging.WARNING)
+    variants = []
+    for ref in plan.variants:
+        if ref.source_hash == plan.original_hash:
+            fn = original.launcher
+        else:
+            try:
+                fn = getattr(_import_stored(store, plan, ref.source_hash, extra), plan.launcher)
+            except TamperedSourceError as exc:
+                return fall_back(
+                    "refused", f"candidate {ref.candidate_id} refused: {exc}", logging.ERROR
+                )
+            except Exception as exc:  # noqa: BLE001 - a stored variant that no longer imports
+                return fall_back(
+                    "error",
+                    f"candidate {ref.candidate_id} does not import here: "
+                    f"{type(exc).__name__}: {exc}",
+                    logging.ERROR,
+                )
+        variants.append(Variant(fn, dict(ref.knobs), ref.candidate_id, ref.provenance))
+    buckets = []
+    for shape, index in zip(plan.shapes, plan.shape_variant):
+        dims, dtype = parse_label(shape.label)
+        buckets.append(Bucket(shape.label, dims, dtype, index))
+    model = None
+    if shape_of is None:
+        make_inputs = getattr(original_module, plan.inputs, None)
+        model = route_model(buckets, plan.default, make_inputs, log, name)
+    kernel = TunedKernel(
+        name=name,
+        status=plan.status,
+        reason=plan.reason,
+        variants=variants,
+        buckets=buckets,
+        default=plan.default,
+        model=model,
+        shape_of=shape_of,
+        info=_info(plan),
+    )
+    log.debug("%s: %s; %d variant(s), %d shape(s)", name, plan.reason, len(variants), len(buckets))
+    return kernel
+
+
+def _info(plan: Plan) -> dict[str, Any]:
+    return {
+        "kernel": plan.kernel,
+        "generation": plan.generation,
+        "fingerprint": dict(plan.fingerprint),
+        "timing_kind": plan.timing_kind,
+        "speedup": plan.best.speedup if plan.best is not None else None,
+    }
+
+
+# ----------------------------------------------------------------------------- module files
+
+_files_lock = threading.Lock()
+_module_root: Path | None = None
+
+
+def _root() -> Path:
+    """A private directory (0700) for this process's module files, removed at exit."""
+    global _module_root
+    if _module_root is None:
+        _module_root = Path(tempfile.mkdtemp(prefix="ktuned-runtime-"))
+        atexit.register(shutil.rmtree, _module_root, True)
+    return _module_root
+
+
+def _import_stored(
+    store: SqliteStore, plan: Plan, source_hash: str, extra: Mapping[str, str]
+) -> ModuleType:
+    """Import the stored source ``source_hash`` after checking the text against the hash."""
+    text = store.source(source_hash)
+    if text is None or sha256_text(text) != source_hash:
+        got = "missing" if text is None else f"SHA-256 {sha256_text(text)[:16]}..."
+        raise TamperedSourceError(f"stored source {source_hash[:16]}... is {got}")
+    safe = re.sub(r"[^0-9a-zA-Z_]", "_", plan.kernel)
+    module_name = f"ktuned_runtime_{safe}_{source_hash[:16]}"
+    with _files_lock:
+        directory = _root() / f"{safe}_{plan.generation[:16]}"
+        directory.mkdir(parents=True, exist_ok=True)
+        for rel, content in extra.items():
+            target = directory / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(content, encoding="utf-8")
+        path = directory / f"{module_name}.py"
+        path.write_text(text, encoding="utf-8")
+    return import_verified(path, source_hash, module_name)
+
+
+def _extra_files(store: SqliteStore, plan: Plan) -> dict[str, str]:
+    """Sibling modules of a multi-file entry: the store keeps only the main module, so they
+    are read from the entry's directory, and only while it still holds the generation that
+    was tuned (the generation hashes every file of the entry)."""
+    kernel = store.kernel(plan.kernel)
+    if kernel is None or not Path(kernel.directory).is_dir():
+        return {}
+    from tuned.registry import load_entry
+
+    try:
+        spec = load_entry(kernel.directory)
+    except TunedError:
+        return {}
+    return dict(spec.extra_files) if spec.generation == plan.generation else {}
