@@ -76,7 +76,7 @@ def _candidate(source: str, spec_name: str, generation: str, **knobs: int) -> Ca
         generation=generation,
         source=source,
         knobs=knobs,
-        provenance=Provenance.LLM,
+        provenance=Provenance.PARAMETRIC,  # runtime handling, not the LLM gate
         strategy="test",
     )
 

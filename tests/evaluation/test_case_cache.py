@@ -102,7 +102,7 @@ def _candidate(spec: KernelSpec, source: str) -> Candidate:
         generation=spec.generation,
         source=source,
         knobs={},
-        provenance=Provenance.LLM,
+        provenance=Provenance.PARAMETRIC,  # runtime defenses (not the LLM gate)
         strategy="test",
     )
 

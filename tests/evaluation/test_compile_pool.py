@@ -42,7 +42,7 @@ def _candidate(spec: KernelSpec, source: str | None = None, **knobs: int) -> Can
         generation=spec.generation,
         source=spec.module_source if source is None else source,
         knobs=knobs,
-        provenance=Provenance.LLM if source is not None else Provenance.PARAMETRIC,
+        provenance=Provenance.PARAMETRIC,  # the pool's runtime handling, not the LLM gate
         strategy="test",
     )
 
@@ -181,3 +181,29 @@ def test_the_gpu_worker_finds_every_specialization_in_the_cache(
         timeout=240,
     )
     assert sorted(p.name for p in cache.iterdir()) == before
+
+
+def test_an_llm_written_module_meets_the_full_static_gate_before_any_process_imports_it(
+    tmp_path: Path, write_entry: WriteEntry
+) -> None:
+    """The pool imports candidate code: an LLM-written module must pass tuned.llm.gate first
+    (here it would abort the compile process at import)."""
+    spec = load_entry(write_entry())
+    settings = EvaluationSettings(interpreter=True, load_timeout_s=4.0, compile_timeout_s=4.0)
+    llm = Candidate(
+        kernel=spec.name,
+        generation=spec.generation,
+        source=ABORTS_AT_IMPORT,
+        knobs={},
+        provenance=Provenance.LLM,
+        strategy="llm:tiling",
+    )
+    with CompilePool(
+        workdir=tmp_path / "compile",
+        cache_dir=tmp_path / "worker" / "triton-cache",
+        settings=settings,
+        workers=1,
+    ) as pool:
+        result = pool.submit(spec, llm).result(timeout=60).result
+    assert result.outcome is Outcome.REJECTED_STATIC and result.phase == "static", result
+    assert result.reason.startswith("imports:"), result.reason
