@@ -58,3 +58,41 @@ def test_aa_replay_on_recorded_noise_accepts_almost_no_false_improvement() -> No
     settings = AcceptanceSettings()
     assert aa.accept_rate(runs, 300, 0.0, rng, settings) < 0.01
     assert aa.accept_rate(runs, 60, 0.10, rng, settings) > 0.9  # and real gains get through
+
+
+def test_the_gpu_aa_benchmark_runs_end_to_end_in_the_interpreter(tmp_path: Path) -> None:
+    """bench/aa_gpu.py's --smoke mode goes through the same worker timing path and acceptance
+    rule as on the GPU (interpreter timings, figures meaningless): the script must not rot."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "aa.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "aa_gpu.py"),
+            "--smoke",
+            "--comparisons",
+            "2",
+            "--kernels",
+            "vector_add",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "false-improvement rate" in proc.stdout
+    (result,) = json.loads(out.read_text())["results"]
+    assert result["kernel"] == "vector_add" and len(result["comparisons"]) == 2
+    assert all(
+        c["status"] in ("not_significant", "remeasure", "accepted", "not_confirmed", "held")
+        or c["status"].startswith("not_confirmed")
+        for c in result["comparisons"]
+    )
+    assert result["within_cv_median"] > 0  # real samples were taken
