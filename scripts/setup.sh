@@ -44,7 +44,7 @@ else
     .venv/bin/python -m pip install -q torch==2.13.0
     .venv/bin/python -m pip install -q "triton>=3.6,<4"
     if [ "$DEV" = 1 ]; then
-        .venv/bin/python -m pip install -q -e '.[dev]'
+        .venv/bin/python -m pip install -q -e '.[dev,fleet]'  # fleet: PostgreSQL store tests
     else
         .venv/bin/python -m pip install -q -e .
     fi

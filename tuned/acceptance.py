@@ -15,6 +15,12 @@ The rule (:func:`decide`):
    automatically, and flagged (speedups that large are more often bugs than wins).
 3. otherwise the candidate is re-measured in a fresh worker, interleaved again, and accepted
    only if that second interval's lower bound also clears ``1 + min_gain``.
+
+Where the entry declares a ``roofline`` and the GPU model's peaks are measured, a candidate
+whose time on some timed case implies more than ``roofline_hold`` times the measured peak
+bandwidth or FLOP rate is also held (the campaign checks this, :mod:`tuned.campaign`): it is
+faster than the hardware allows, so it skips work. The default 1.5 leaves room for kernels
+that beat the peaks' own measurement (a device copy, a large matmul) by using the caches.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ class AcceptanceSettings:
     resamples: int = 2000
     suspicious_speedup: float = 10.0
     remeasure: bool = True
+    roofline_hold: float = 1.5  # achieved / measured peak above this: held (see above)
 
 
 @dataclass(frozen=True)

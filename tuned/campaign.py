@@ -8,11 +8,13 @@ result yet, and never one that has.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,13 +32,17 @@ from policies import (
 )
 from policies.masks import MaskSettings
 from policies.strategies import llm_base_strategy, llm_strategy_name
+from profilers.classify import roofline_point
+from profilers.peaks import Peaks
 from tuned.acceptance import AcceptanceSettings, Interval, decide, speedup_interval
 from tuned.evaluation.client import WorkerClient
 from tuned.llm.gate import gate_result
 from tuned.outcomes import Candidate, EvalResult, Outcome, Provenance
-from tuned.registry.spec import KernelSpec
+from tuned.profiling import case_label
+from tuned.registry.spec import KernelSpec, KnobValue
+from tuned.store.api import Store
 from tuned.store.base import TrialRow
-from tuned.store.sqlite import SqliteStore
+from tuned.store.claims import ClaimSettings
 
 if TYPE_CHECKING:
     from tuned.llm.proposer import LlmProposer
@@ -89,7 +95,7 @@ class Campaign:
         self,
         *,
         spec: KernelSpec,
-        store: SqliteStore,
+        store: Store,
         client: WorkerClient,
         fingerprint: str,
         settings: TuneSettings,
@@ -98,6 +104,7 @@ class Campaign:
         hardware: HardwareFeedback | None = None,
         masks: MaskSettings | None = None,
         llm: LlmProposer | None = None,
+        claims: ClaimSettings | None = None,
     ) -> None:
         self.spec = spec
         self.store = store
@@ -112,15 +119,25 @@ class Campaign:
         self.masks = masks
         #: Rewrites for the policy's LLM arms (docs/llm.md); ``None``: LLM arms stay masked.
         self.llm = llm
+        #: Fleet mode (docs/fleet.md): claim each candidate before evaluating it, so that
+        #: processes sharing the store never evaluate one twice; ``None``: no claims.
+        self.claims = claims
         self.note = ""
+        #: Why a reference entry waits for the LLM (state ``needs_llm``); "" otherwise.
+        self.needs_llm = ""
         self._policy: Policy | None = None
+        self._seed: Candidate | None = None  # a reference entry's first correct LLM module
+        self._marked_needs_llm = False
 
     def remaining(self) -> int:
         """Evaluations still to do (baseline included), at most; the space may end earlier."""
         trials = self._trials()
         has_baseline = any(t.provenance is Provenance.ORIGINAL for t in trials)
         done = sum(1 for t in trials if t.provenance is not Provenance.ORIGINAL)
-        space = self.spec.space_size() if self.spec.knobs else 0
+        if self.spec.reference_only and not has_baseline and self._waiting_for_llm(trials):
+            return 0
+        knobs = self._knobs(trials)
+        space = math.prod(len(v) for v in knobs.values()) if knobs else 0
         budget = space if self.settings.budget is None else min(self.settings.budget, space)
         todo = max(0, budget - done)
         return todo + (0 if has_baseline else 1)
@@ -134,8 +151,23 @@ class Campaign:
         """
         trials = self._trials()
         baseline = next((t for t in trials if t.provenance is Provenance.ORIGINAL), None)
+        self.needs_llm = ""
+        if self.spec.reference_only:
+            waiting = self._waiting_for_llm(trials)
+            if waiting:
+                self._wait_for_llm(waiting)
+                return None
+            self._llm_resumed()
         if baseline is None:
-            first = self.evaluate(self._baseline_candidate())
+            if self.spec.reference_only:
+                return self._reference_baseline()
+            first_candidate = self._baseline_candidate()
+            first_claim = Suggestion(knobs=first_candidate.knobs, strategy="original")
+            if not self._claim(first_candidate, first_claim):
+                # Another process measures the baseline: wait for it (or for its lease to
+                # run out), then decide again.
+                return self.step() if self._wait_for_others() else None
+            first = self.evaluate(first_candidate)
             self._hardware_feedback()
             return first
         if baseline.result.outcome is not Outcome.OK:
@@ -149,25 +181,40 @@ class Campaign:
             return None
         if self._policy is None:
             self._policy = self._load_policy()
+        taken = self._take_over()  # work a dead process left goes first
+        if taken is not None:
+            return taken
+        pending = self._claimed_elsewhere()
         rng = np.random.default_rng([self.settings.seed, len(trials)])
         space = self._space()
         known = self.hardware.metrics(self.spec) if self.hardware is not None else {}
         if known and isinstance(self._policy, HierarchicalPolicy):
             self._policy.update_metrics(known)  # profiles taken since the trials were read
         policy_trials = [_as_policy_trial(t, known.get(t.candidate_id)) for t in trials]
-        self._offer_llm_arms()
-        suggestion = self._policy.suggest(space, policy_trials, rng)
+        self._offer_llm_arms(trials=trials, known=known)
+        suggestion = self._policy.suggest(space, policy_trials, rng, pending=pending)
         candidate = None if suggestion is None else self._propose(suggestion, trials, known)
         if suggestion is not None and candidate is None:
             # The LLM gave nothing to evaluate (recorded in its attempt log): a pull without
             # reward, then this step decides again with the LLM arms masked.
             self._policy.observe(suggestion, _nothing_evaluated(suggestion))
             self._offer_llm_arms(masked=True)
-            suggestion = self._policy.suggest(space, policy_trials, rng)
+            suggestion = self._policy.suggest(space, policy_trials, rng, pending=pending)
             candidate = None if suggestion is None else self._propose(suggestion, trials, known)
+        if (suggestion is None or candidate is None) and pending:
+            # What is left is being evaluated elsewhere: wait for it, then decide again.
+            return self.step() if self._wait_for_others() else None
         if suggestion is None or candidate is None:
+            if self.spec.reference_only and self._seed_of(trials) is None:
+                self._wait_for_llm(
+                    "no correct Triton module yet and the last LLM reply gave none to "
+                    "evaluate (docs/llm.md); asking again later"
+                )
+                return None
             self.note = "knob space exhausted"
             return None
+        if not self._claim(candidate, suggestion):
+            return self.step()  # another process took it a moment ago: it is pending now
         row = self.evaluate(candidate)
         self._policy.observe(suggestion, _as_policy_trial(row))
         self.store.save_policy_state(
@@ -241,18 +288,27 @@ class Campaign:
         if known and isinstance(self._policy, HierarchicalPolicy):
             self._policy.update_metrics(known)
         policy_trials = [_as_policy_trial(t, known.get(t.candidate_id)) for t in trials]
-        self._offer_llm_arms()
+        self._offer_llm_arms(trials=trials, known=known)
         space = self._space()
-        batch = propose_batch(self._policy, space, policy_trials, rng, size, pending=pending)
-        if not batch and not pending:
+        out = self._taken_over(size)  # fleet mode: work a dead process left goes first
+        elsewhere = self._claimed_elsewhere()
+        batch = propose_batch(
+            self._policy,
+            space,
+            policy_trials,
+            rng,
+            size - len(out),
+            pending=[*pending, *(s for s, _ in out), *elsewhere],
+        )
+        if not batch and not pending and not elsewhere and not out:
             self.note = "knob space exhausted"
-        out = []
         for suggestion in batch:
             candidate = self._propose(suggestion, trials, known)
             if candidate is None:
                 self._policy.observe(suggestion, _nothing_evaluated(suggestion))
                 continue
-            out.append((suggestion, candidate))
+            if self._claim(candidate, suggestion):  # else: just claimed elsewhere, pending
+                out.append((suggestion, candidate))
         return out
 
     def observe(self, suggestion: Suggestion, row: TrialRow) -> None:
@@ -290,14 +346,145 @@ class Campaign:
             wall_s=wall_s,
         )
 
+    # -- fleet mode: claims on candidates (tuned.store.claims, docs/fleet.md)
+
+    def _claim(self, candidate: Candidate, suggestion: Suggestion) -> bool:
+        """Take the lease on evaluating ``candidate`` (always True without claims)."""
+        if self.claims is None:
+            return True
+        self.store.add_candidate(candidate)  # whoever takes the claim over can rebuild it
+        return self.store.claim(
+            candidate,
+            self.fingerprint,
+            _suggestion_payload(suggestion),
+            owner=self.claims.owner,
+            lease_s=self.claims.lease_s,
+        )
+
+    def _claimed_elsewhere(self) -> list[Suggestion]:
+        """Suggestions other processes are evaluating (live claims): pending for the policy,
+        so it neither proposes them again nor loses track of the pulls in flight."""
+        if self.claims is None:
+            return []
+        return [
+            _suggestion_from(c.payload)
+            for c in self.store.open_claims(
+                self.spec.name,
+                self.spec.generation,
+                self.fingerprint,
+                exclude_owner=self.claims.owner,
+            )
+        ]
+
+    def _take_over(self) -> TrialRow | None:
+        """Evaluate one candidate whose claim expired unfinished (its owner died), crediting
+        the arm its owner's policy pulled; ``None`` when there is none."""
+        if self.claims is None:
+            return None
+        for claim in self.store.take_over(
+            self.spec.name,
+            self.spec.generation,
+            self.fingerprint,
+            owner=self.claims.owner,
+            lease_s=self.claims.lease_s,
+        ):
+            candidate = self.store.candidate(claim.candidate_id, self.spec.generation)
+            if candidate is None:  # cannot happen: claims are taken after add_candidate
+                continue
+            row = self.evaluate(candidate)
+            if candidate.provenance is not Provenance.ORIGINAL:
+                self.observe(_suggestion_from(claim.payload), row)
+            return row
+        return None
+
+    def _taken_over(self, limit: int) -> list[tuple[Suggestion, Candidate]]:
+        """Up to ``limit`` candidates whose claims expired unfinished, now this process's."""
+        if self.claims is None or limit <= 0:
+            return []
+        out = []
+        for claim in self.store.take_over(
+            self.spec.name,
+            self.spec.generation,
+            self.fingerprint,
+            owner=self.claims.owner,
+            lease_s=self.claims.lease_s,
+            limit=limit,
+        ):
+            candidate = self.store.candidate(claim.candidate_id, self.spec.generation)
+            if candidate is not None and candidate.provenance is not Provenance.ORIGINAL:
+                out.append((_suggestion_from(claim.payload), candidate))
+        return out
+
+    def _wait_for_others(self) -> bool:
+        """Wait while other processes hold every open claim of this generation, until one
+        finishes or expires (True: decide again) or ``claims.max_wait_s`` passes (False,
+        ``self.note`` says why)."""
+        assert self.claims is not None
+        deadline = time.monotonic() + self.claims.max_wait_s
+        seen = len(self._trials())
+        while True:
+            open_claims = self.store.open_claims(
+                self.spec.name,
+                self.spec.generation,
+                self.fingerprint,
+                exclude_owner=self.claims.owner,
+            )
+            if not open_claims or any(c.expires_in <= 0 for c in open_claims):
+                return True
+            if len(self._trials()) != seen:
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.note = (
+                    f"waiting for {len(open_claims)} candidate(s) other processes are "
+                    "evaluating (fleet mode)"
+                )
+                return False
+            soonest = min(c.expires_in for c in open_claims)
+            time.sleep(max(0.01, min(self.claims.poll_s, soonest + 0.01, left)))
+
     # -- proposals (the parametric move, or the LLM proposer's rewrite)
 
-    def _offer_llm_arms(self, *, masked: bool = False) -> None:
+    def _offer_llm_arms(
+        self,
+        *,
+        masked: bool = False,
+        trials: Sequence[TrialRow] | None = None,
+        known: Mapping[str, Mapping[str, float]] | None = None,
+    ) -> None:
         """Tell the policy which LLM arms are open: none without an LLM, when masked, or
-        when the proposer cannot afford a request (the token budget is spent)."""
+        when the proposer cannot afford a request (the token budget is spent). With
+        ``trials``, first ask the LLM for new strategies when that is due (docs/llm.md)."""
         if isinstance(self._policy, HierarchicalPolicy):
+            if not masked and self.llm is not None and trials is not None:
+                self._refresh_strategies(trials, known or {})
             offered = () if masked or self.llm is None else self.llm.open_strategies(self.spec)
             self._policy.set_llm_strategies(offered)
+
+    def _refresh_strategies(
+        self, trials: Sequence[TrialRow], known: Mapping[str, Mapping[str, float]]
+    ) -> None:
+        """Have the proposer ask for new strategies if due, describing the best version."""
+        assert self.llm is not None
+        if self.llm.strategy_request_due(self.spec) is None:
+            return
+        from tuned.llm.proposer import ParentInfo
+
+        incumbent = self._incumbent()
+        rows = {t.candidate_id: t for t in trials}
+        row = None if incumbent is None else rows.get(incumbent.id)
+        baseline = next((t for t in trials if t.provenance is Provenance.ORIGINAL), None)
+        best = None
+        if incumbent is not None:
+            best = ParentInfo(
+                candidate=incumbent,
+                time_s=None if row is None else row.result.time_s,
+                timing_kind="" if row is None else row.result.timing_kind,
+                profile=known.get(incumbent.id),
+            )
+        self.llm.refresh_strategies(
+            self.spec, best, baseline_time_s=None if baseline is None else baseline.result.time_s
+        )
 
     def _propose(
         self,
@@ -317,13 +504,13 @@ class Campaign:
                 kernel=self.spec.name,
                 generation=self.spec.generation,
                 # A move from an LLM-written parent keeps the parent's code.
-                source=self.spec.module_source if parent is None else parent.source,
+                source=self._module_source(trials) if parent is None else parent.source,
                 knobs=dict(suggestion.knobs),
                 provenance=Provenance.PARAMETRIC,
                 strategy=suggestion.strategy,
                 parent_id=suggestion.parent_id,
             )
-        strategy = None if self.llm is None else self.llm.strategy_named(base)
+        strategy = None if self.llm is None else self.llm.strategy_named(base, self.spec.name)
         if parent is None or strategy is None or self.llm is None:
             return None
         from tuned.llm.proposer import ParentInfo
@@ -350,7 +537,105 @@ class Campaign:
     def _trials(self) -> list[TrialRow]:
         return self.store.trials(self.spec.name, self.spec.generation, self.fingerprint)
 
+    # -- reference entries (kind: reference): no Triton module until the LLM writes one
+
+    def _seed_of(self, trials: Sequence[TrialRow] | None = None) -> Candidate | None:
+        """A reference entry's *seed*: its first LLM-written module that evaluated correctly
+        (``None``: none yet). Its launcher signature is kept by later rewrites, its
+        discovered knobs are the space of parametric moves."""
+        if self._seed is not None or not self.spec.reference_only:
+            return self._seed
+        for t in self._trials() if trials is None else trials:
+            if t.provenance is Provenance.LLM and t.result.outcome is Outcome.OK:
+                self._seed = self.store.candidate(t.candidate_id, self.spec.generation)
+                break
+        return self._seed
+
+    def _knobs(
+        self, trials: Sequence[TrialRow] | None = None
+    ) -> Mapping[str, tuple[KnobValue, ...]]:
+        """The knob space: the entry's, or for a reference entry its seed's discovered knobs
+        (none before a seed, or when discovery finds none: LLM arms only)."""
+        if not self.spec.reference_only:
+            return self.spec.knobs
+        seed = self._seed_of(trials)
+        if seed is None:
+            return {}
+        from tuned.llm.proposer import module_knobs
+
+        return module_knobs(seed.source, self.spec.launcher)[0]
+
+    def _module_source(self, trials: Sequence[TrialRow] | None = None) -> str:
+        """The module a parametric move without a parent runs: the entry's, or a reference
+        entry's seed."""
+        seed = self._seed_of(trials) if self.spec.reference_only else None
+        return self.spec.module_source if seed is None else seed.source
+
+    def _waiting_for_llm(self, trials: Sequence[TrialRow]) -> str:
+        """Why a reference entry cannot go on without the LLM now ("" when it can: it has a
+        seed, or the LLM may be asked)."""
+        if self._seed_of(trials) is not None:
+            return ""
+        if self.llm is None:
+            return (
+                "no LLM is configured (llm.base_url, llm.model): a reference entry waits for "
+                "one to write its first Triton module"
+            )
+        if not self.llm.open_strategies(self.spec):
+            why = self.llm.paused_reason or "its token budget cannot cover one more request"
+            return f"the LLM cannot be asked now ({why}); waiting"
+        return ""
+
+    def _wait_for_llm(self, reason: str) -> None:
+        self.needs_llm = reason
+        self.note = f"needs_llm: {reason}"
+        if not self._marked_needs_llm:
+            self.store.set_kernel_state(self.spec.name, "needs_llm", reason)
+            self._marked_needs_llm = True
+
+    def _llm_resumed(self) -> None:
+        if self._marked_needs_llm:
+            self.store.set_kernel_state(self.spec.name, "active", "")
+            self._marked_needs_llm = False
+
+    def _reference_baseline(self) -> TrialRow:
+        """Measure a reference entry's baseline, the faster of eager PyTorch and
+        ``torch.compile`` (:mod:`tuned.llm.reference`), and record it as the original."""
+        from tuned.llm.reference import baseline_source, measure_reference
+
+        s = self.client.settings
+        result, wall = measure_reference(
+            self.spec,
+            workdir=self.client.workdir.parent / "reference",
+            interpreter=s.interpreter,
+            seeds=s.seeds,
+            interpreter_max_size=s.interpreter_max_size,
+            timing=dataclasses.asdict(s.timing),
+            compile_reference=self.llm is not None and self.llm.settings.compile_reference,
+            timeout_s=s.startup_timeout_s + s.compile_timeout_s + s.benchmark_timeout_s,
+        )
+        impl = str(result.metadata.get("reference_baseline", {}).get("impl", "eager"))
+        candidate = replace(self._baseline_candidate(), source=baseline_source(self.spec, impl))
+        return self.record(candidate, result, wall_s=wall)
+
     def _baseline_candidate(self) -> Candidate:
+        if self.spec.reference_only:
+            trials = self._trials()
+            row = next((t for t in trials if t.provenance is Provenance.ORIGINAL), None)
+            if row is not None:
+                stored = self.store.candidate(row.candidate_id, self.spec.generation)
+                if stored is not None:
+                    return stored
+            from tuned.llm.reference import baseline_source
+
+            return Candidate(
+                kernel=self.spec.name,
+                generation=self.spec.generation,
+                source=baseline_source(self.spec, "eager"),
+                knobs={},
+                provenance=Provenance.ORIGINAL,
+                strategy="original",
+            )
         return Candidate(
             kernel=self.spec.name,
             generation=self.spec.generation,
@@ -401,8 +686,12 @@ class Campaign:
         started = time.time()
         t0 = time.monotonic()
         original = candidate.provenance is Provenance.ORIGINAL
-        # LLM-written modules pass the full static gate first (tuned.llm.gate).
-        result = gate_result(self.spec, candidate) or self.client.evaluate(
+        # LLM-written modules pass the full static gate first (tuned.llm.gate); a reference
+        # entry's later modules keep its seed's launcher signature.
+        seed = self._seed_of() if self.spec.reference_only else None
+        original_source = None if seed is None else seed.source
+        gate = gate_result(self.spec, candidate, original_source=original_source)
+        result = gate or self.client.evaluate(
             self.spec,
             candidate,
             incumbent,
@@ -438,6 +727,11 @@ class Campaign:
             return
         status = decide(first, self.acceptance)
         second = None
+        first_record: dict[str, object] = dict(first.to_dict())
+        if status in ("remeasure", "accepted"):
+            floor = self._below_roofline_floor(result)
+            if floor is not None:
+                status, first_record["held_reason"] = "held", floor
         if status == "remeasure":
             self.client.close()  # the next evaluation starts a fresh worker
             again, _ = self._measure(candidate, incumbent, remeasure=True)
@@ -450,15 +744,50 @@ class Campaign:
             self.fingerprint,
             incumbent_id=incumbent.id,
             status=status,
-            first=first.to_dict(),
+            first=first_record,
             second=None if second is None else second.to_dict(),
         )
+
+    def _below_roofline_floor(self, result: EvalResult) -> str | None:
+        """Why a GPU timing is faster than the hardware allows (``None``: it is not, or no
+        roofline/peaks are known): some timed case implies more than ``roofline_hold`` x the
+        measured peak bandwidth or FLOP rate of this GPU model."""
+        roof = self.spec.roofline
+        if roof is None or result.timing_kind != "gpu":
+            return None
+        model = self.store.fingerprint(self.fingerprint).get("gpu_model", "")
+        stored = self.store.peaks(model) if model else None
+        if stored is None:
+            return None
+        peaks = Peaks.from_dict(stored)
+        for shape in self.spec.shapes:
+            for dtype in self.spec.dtypes:
+                label = case_label(shape.dims, dtype)
+                seconds = result.timings.get(label)
+                if seconds is None or not seconds > 0:
+                    continue
+                point = roofline_point(
+                    bytes_expr=roof.bytes,
+                    flops_expr=roof.flops,
+                    dims=shape.dims,
+                    dtype=dtype,
+                    time_s=seconds,
+                    peak_bytes_per_s=peaks.bytes_per_s,
+                    peak_flops_per_s=peaks.flops_per_s,
+                )
+                if point is not None and point.fraction > self.acceptance.roofline_hold:
+                    return (
+                        f"{label}: {seconds * 1e6:.3g} us is {point.fraction:.2f}x the "
+                        f"{model} roofline (measured peaks), above the "
+                        f"{self.acceptance.roofline_hold:g}x hold threshold"
+                    )
+        return None
 
     def _space(self) -> SearchSpace:
         """The knob space; an evaluator that knows which configurations exist (a replay of a
         recorded cache: ``admits``) restricts it, so no evaluation is spent outside it."""
         admits = getattr(self.client, "admits", None)
-        return SearchSpace(knobs=self.spec.knobs, is_valid=admits if callable(admits) else None)
+        return SearchSpace(knobs=self._knobs(), is_valid=admits if callable(admits) else None)
 
     def _load_policy(self) -> Policy:
         state = self.store.policy_state(
@@ -512,6 +841,27 @@ def _interval(result: EvalResult, settings: AcceptanceSettings, seed: int) -> In
     if result.outcome is not Outcome.OK or not incumbent:
         return None
     return speedup_interval(samples, incumbent, np.random.default_rng(seed), settings)
+
+
+def _suggestion_payload(suggestion: Suggestion) -> dict[str, object]:
+    """``suggestion`` as a claim's JSON payload (:func:`_suggestion_from` reads it back)."""
+    return {
+        "knobs": dict(suggestion.knobs),
+        "strategy": suggestion.strategy,
+        "parent_id": suggestion.parent_id,
+        "arm": suggestion.arm,
+        "parent_time_s": suggestion.parent_time_s,
+    }
+
+
+def _suggestion_from(payload: Mapping[str, Any]) -> Suggestion:
+    return Suggestion(
+        knobs=dict(payload.get("knobs") or {}),
+        strategy=str(payload.get("strategy") or "config"),
+        parent_id=payload.get("parent_id"),
+        arm=payload.get("arm"),
+        parent_time_s=payload.get("parent_time_s"),
+    )
 
 
 def _nothing_evaluated(suggestion: Suggestion) -> Trial:

@@ -276,6 +276,8 @@ def _status(args: argparse.Namespace) -> int:
                     summary.evaluations += t.provenance.value != "original"
                 summary.timing_kind = best.timing_kind
             summary.note = "" if k.state == "active" else f"state {k.state}"
+            if k.state == "needs_llm" and k.reason:
+                summary.note += f" ({k.reason})"
             rows.append(summary)
         print(summary_table(rows))
         from tuned.runtime.notes import status_notes

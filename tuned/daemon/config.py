@@ -132,6 +132,9 @@ class ProfilingConfig:
 @dataclass(frozen=True)
 class DaemonConfig:
     state_dir: Path = field(default_factory=_default_state_dir)
+    #: Store URL (docs/fleet.md): "" is ``sqlite:///<state_dir>/ktuned.sqlite``; a
+    #: ``postgresql://`` URL shares results and claims work with every daemon using it.
+    store: str = ""
     device: str = "auto"
     policy: str = DEFAULT_POLICY
     seed: int = 0
@@ -291,8 +294,30 @@ _SECTIONS: dict[str, tuple[type[Any], dict[str, Check]]] = {
     ),
     "llm": (LlmSettings, llm_checks()),
 }
+
+
+def _store_url(value: object) -> tuple[Any, str | None]:
+    from tuned.errors import BadInputError
+    from tuned.store.url import check_store_url
+
+    allowed = (
+        '"" (the default), sqlite:///ABSOLUTE/PATH.sqlite or '
+        "postgresql://USER:PASSWORD@HOST:PORT/DATABASE"
+    )
+    if not isinstance(value, str):
+        return None, allowed
+    if value == "":
+        return value, None  # the SQLite store in state_dir
+    try:
+        check_store_url(value)
+    except BadInputError:
+        return None, allowed
+    return value, None
+
+
 _TOP: dict[str, Check] = {
     "state_dir": _path,
+    "store": _store_url,
     "device": _choice(DEVICES),
     "policy": _policy,
     "seed": _number(0, integer=True),

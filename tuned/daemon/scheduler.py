@@ -18,7 +18,10 @@ in production goes first, so it is trusted again soonest; (0) kernels without a 
 weight; (1) open kernels, by score; (2) converged kernels (no gain of at least ``min_gain``
 in the last ``converge_after`` evaluations) only once ``revisit_interval_s`` has passed
 since they were last evaluated. Exhausted kernels and kernels whose original fails wait for
-a new generation. A fingerprint change (driver, CUDA, Triton, PyTorch, GPU model) starts
+a new generation. A reference entry without a correct Triton module waits in ``needs_llm``
+while no LLM can be asked (none configured, its budget spent, or its last reply gave nothing
+to evaluate) and is tried again at the time the daemon gives (:meth:`Scheduler.wait_for_llm`).
+A fingerprint change (driver, CUDA, Triton, PyTorch, GPU model) starts
 every kernel afresh: its history on the new fingerprint is empty, so it is new again (and
 its stale bests are evaluated right after its baseline: :meth:`Scheduler.revalidation`).
 Ties go to the name, so picks are deterministic. The rule is documented in docs/service.md.
@@ -54,10 +57,14 @@ class KernelTrack:
     last_visit: float = float("-inf")
     recent_best: deque[float | None] = field(default_factory=deque)
     stale: set[str] = field(default_factory=set)  # stale bests still to re-validate (ids)
+    needs_llm: str = ""  # why a reference entry waits for the LLM ("" when it does not)
+    retry_at: float = float("inf")  # when a kernel in needs_llm is tried again
 
     def state(self, config: SchedulerConfig) -> str:
         if self.failed:
             return "failed"
+        if self.needs_llm:
+            return "needs_llm"
         if self.finished:
             return "exhausted"
         if not self.has_baseline:
@@ -85,6 +92,7 @@ class KernelTrack:
     def observe(self, row: TrialRow, config: SchedulerConfig, now: float) -> None:
         """Account for one evaluation result of this kernel."""
         self.last_visit = now
+        self.needs_llm = ""
         self.stale.discard(row.candidate_id)  # re-validated, whatever the outcome
         if row.provenance is Provenance.ORIGINAL:
             self.has_baseline = True
@@ -153,6 +161,13 @@ class Scheduler:
             track.finished, track.last_visit = why, now
             track.failed = track.failed or why.startswith("the original fails")
 
+    def wait_for_llm(self, name: str, why: str, retry_at: float) -> None:
+        """A reference entry cannot go on without the LLM now (state ``needs_llm``); it is
+        picked again from ``retry_at`` (Unix seconds; ``inf``: not before a restart)."""
+        if name in self.tracks:
+            track = self.tracks[name]
+            track.needs_llm, track.retry_at = why, retry_at
+
     def revalidation(self, name: str) -> str | None:
         """A stale best of ``name`` to evaluate next (instead of a policy step), once the
         kernel has its baseline under the current fingerprint; else None."""
@@ -185,11 +200,17 @@ class Scheduler:
             t.last_visit + self.config.revisit_interval_s - now
             for t in self.tracks.values()
             if t.state(self.config) == "converged"
+        ] + [
+            t.retry_at - now
+            for t in self.tracks.values()
+            if t.state(self.config) == "needs_llm" and math.isfinite(t.retry_at)
         ]
         return max(0.0, min(waits)) if waits else None
 
     def _tier(self, track: KernelTrack, now: float) -> int | None:
         state = track.state(self.config)
+        if state == "needs_llm":
+            return 2 if now >= track.retry_at else None
         if track.stale and state not in ("failed", "exhausted"):
             return -1
         if state == "new":

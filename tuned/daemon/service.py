@@ -44,6 +44,7 @@ from tuned.profiling import HardwareFeedback
 from tuned.registry import KernelSpec, format_problems
 from tuned.runtime.stale import revalidate, stale_bests
 from tuned.store.base import fingerprint_id
+from tuned.store.postgres import redact
 from tuned.store.sqlite import SqliteStore
 
 __all__ = ["Daemon", "MonitorFactory"]
@@ -51,6 +52,9 @@ __all__ = ["Daemon", "MonitorFactory"]
 log = logging.getLogger(__name__)
 
 MonitorFactory = Callable[[DaemonConfig, bool], GpuMonitor]
+
+#: Seconds before a reference entry waiting for the LLM (``needs_llm``) is tried again.
+LLM_RETRY_S = 60.0
 
 
 def _nvml_monitor(config: DaemonConfig, interpreter: bool) -> GpuMonitor:
@@ -82,6 +86,25 @@ def _interpreter_mode(device: str) -> bool:
         )
         return True
     return False
+
+
+def _sqlite_store_path(config: DaemonConfig) -> Path:
+    """The daemon's SQLite store file, from the config's store URL (docs/fleet.md).
+
+    A ``postgresql://`` store is refused here for now: the daemon's metrics collector, LLM
+    token ledger and profiler still open the SQLite file themselves. Fleet tuning with a
+    shared PostgreSQL store runs through :class:`~tuned.campaign.Campaign` with claims."""
+    from tuned.store.url import default_store_url, sqlite_path
+
+    url = config.store or default_store_url(config.state_dir)
+    path = sqlite_path(url)
+    if path is None:
+        raise TunedError(
+            f"store {redact(url)}: the daemon cannot run on PostgreSQL yet (its metrics, "
+            "token ledger and profiler read the local SQLite file; docs/fleet.md, 'Not yet'); "
+            "remove the store key to use the SQLite store in state_dir"
+        )
+    return path
 
 
 class Daemon:
@@ -141,7 +164,7 @@ class Daemon:
     def _start(self) -> None:
         cfg = self.config
         cfg.state_dir.mkdir(parents=True, exist_ok=True)
-        self._store = SqliteStore(cfg.state_dir / "ktuned.sqlite")
+        self._store = SqliteStore(_sqlite_store_path(cfg))
         registry = CollectorRegistry()
         self._collector = StoreCollector(
             self._store.path, self.live, llm_budget=cfg.llm.budget if cfg.llm.enabled else None
@@ -254,7 +277,14 @@ class Daemon:
             else:
                 row = campaign.step()
         now = time.time()
-        if row is None:
+        if row is None and campaign.needs_llm:
+            # A reference entry waiting for the LLM (docs/llm.md): without one configured
+            # until a restart, else ask again in a minute (the budget may have reopened).
+            retry = float("inf") if self._llm is None else now + LLM_RETRY_S
+            if self.scheduler.tracks.get(name) and not self.scheduler.tracks[name].needs_llm:
+                log.info("%s: needs_llm: %s", name, campaign.needs_llm)
+            self.scheduler.wait_for_llm(name, campaign.needs_llm, retry)
+        elif row is None:
             self.scheduler.finish(name, campaign.note or "nothing left to try", now)
             log.info("%s: %s", name, campaign.note or "nothing left to try")
         else:
@@ -339,7 +369,7 @@ class Daemon:
         self._reconciled = True
         present = self.watcher.specs
         for k in self._store.kernels():
-            if k.state == "active" and k.name not in present:
+            if k.state in ("active", "needs_llm") and k.name not in present:
                 log.info("%s: no longer in the registry; retired (history kept)", k.name)
                 self._store.retire_kernel(k.name)
 
@@ -382,7 +412,7 @@ class Daemon:
         except TunedError as exc:
             log.error("%s\nkeeping the running configuration", exc)
             new = self.config
-        fixed = ("state_dir", "device", "metrics", "llm")
+        fixed = ("state_dir", "store", "device", "metrics", "llm")
         for key in fixed:
             if getattr(new, key) != getattr(self.config, key):
                 log.warning("%s changed: it takes effect at the next restart", key)

@@ -14,6 +14,7 @@ import json
 import sqlite3
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,15 +127,17 @@ class AttemptLog:
             assert cur.lastrowid is not None
             return int(cur.lastrowid)
 
-    def recent(self, kernel: str, generation: str | None = None, n: int = 6) -> list[AttemptRow]:
-        """The latest ``n`` attempts on ``kernel`` (of ``generation`` if given), oldest first,
-        each with its candidate's first evaluation outcome."""
+    def recent(
+        self, kernel: str, generation: str | None = None, n: int = 6, purpose: str = "rewrite"
+    ) -> list[AttemptRow]:
+        """The latest ``n`` attempts of ``purpose`` on ``kernel`` (of ``generation`` if
+        given), oldest first, each with its candidate's first evaluation outcome."""
         with self._lock:
-            args: tuple[object, ...] = (kernel,)
-            where = "kernel = ?"
+            args: tuple[object, ...] = (kernel, purpose)
+            where = "kernel = ? AND purpose = ?"
             if generation is not None:
                 where += " AND generation = ?"
-                args = (kernel, generation)
+                args = (kernel, purpose, generation)
             rows = self._db.execute(
                 "SELECT id, kernel, strategy, parent_id, status, reason, candidate_id, tokens,"
                 f" cached, generation FROM llm_attempts WHERE {where} ORDER BY id DESC LIMIT ?",
@@ -169,10 +172,41 @@ class AttemptLog:
         reason = str(json.loads(row[2]).get("reason", "")) if row[2] else ""
         return str(row[0]), reason, None if row[1] is None else float(row[1])
 
-    def counts(self) -> dict[str, int]:
-        """Attempts by status (``ktuned budget``)."""
+    def counts(self, purpose: str = "rewrite") -> dict[str, int]:
+        """Attempts of ``purpose`` (``rewrite`` or ``strategy``) by status (``ktuned budget``)."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT status, COUNT(*) FROM llm_attempts GROUP BY status"
+                "SELECT status, COUNT(*) FROM llm_attempts WHERE purpose = ? GROUP BY status",
+                (purpose,),
             ).fetchall()
         return {str(s): int(n) for s, n in rows}
+
+    def rewrites_since_strategy_request(self, kernel: str) -> list[str | None]:
+        """Candidate ids (``None``: the reply gave none) of the rewrite requests made for
+        ``kernel`` since its latest strategy request, oldest first; requests the budget
+        refused (nothing was asked) are left out."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT candidate_id FROM llm_attempts WHERE kernel = ? AND purpose = 'rewrite'"
+                " AND status != 'budget' AND id > (SELECT COALESCE(MAX(id), 0) FROM"
+                " llm_attempts WHERE kernel = ? AND purpose = 'strategy') ORDER BY id",
+                (kernel, kernel),
+            ).fetchall()
+        return [None if r[0] is None else str(r[0]) for r in rows]
+
+    def any_accepted(self, kernel: str, candidate_ids: Sequence[str | None]) -> bool:
+        """Whether one of ``candidate_ids`` was accepted as a new best of ``kernel``."""
+        ids = [c for c in candidate_ids if c]
+        if not ids:
+            return False
+        marks = ",".join("?" * len(ids))
+        with self._lock:
+            try:
+                row = self._db.execute(
+                    f"SELECT 1 FROM acceptances WHERE kernel = ? AND status = 'accepted'"
+                    f" AND candidate_id IN ({marks}) LIMIT 1",
+                    (kernel, *ids),
+                ).fetchone()
+            except sqlite3.OperationalError:  # no store tables in this file
+                return False
+        return row is not None

@@ -9,9 +9,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from policies.strategies import llm_strategy_name
 from tuned.llm._db import connect_reader
 from tuned.llm.ledger import DAY_S, read_totals
 from tuned.llm.metrics import attempt_counts
+from tuned.llm.proposed import read_strategies
 from tuned.llm.settings import LlmSettings
 
 __all__ = ["budget_report"]
@@ -36,6 +38,8 @@ def budget_report(store_path: Path, settings: LlmSettings, *, source: str) -> st
         now = time.time()
         totals = read_totals(db, now)
         attempts = attempt_counts(db)
+        strategy_requests = attempt_counts(db, "strategy")
+        proposed = read_strategies(db)
     finally:
         db.close()
     caps = settings.budget
@@ -72,4 +76,15 @@ def budget_report(store_path: Path, settings: LlmSettings, *, source: str) -> st
         lines.append(f"requests: {totals['requests']} ({parts})")
     else:
         lines.append(f"requests: {totals['requests']}")
+    if strategy_requests or proposed:
+        parts = ", ".join(f"{s} {n}" for s, n in sorted(strategy_requests.items()))
+        lines.append("")
+        lines.append(
+            f"LLM-proposed strategies (at most {settings.max_strategies} per kernel; "
+            f"requests: {parts or 'none'}):"
+        )
+        for p in proposed:
+            lines.append(
+                f"  {p.kernel:<24}{llm_strategy_name(p.strategy.name):<22}{p.target:<9}{p.name}"
+            )
     return "\n".join(lines) + "\n"

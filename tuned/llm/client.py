@@ -136,12 +136,19 @@ class ChatClient:
         self._client.close()
 
     def complete(
-        self, messages: Sequence[Message], *, kernel: str, purpose: str = "rewrite"
+        self,
+        messages: Sequence[Message],
+        *,
+        kernel: str,
+        purpose: str = "rewrite",
+        max_tokens: int | None = None,
     ) -> ChatReply:
         """The reply to ``messages``; raises :class:`LlmError` or
-        :class:`~tuned.llm.ledger.BudgetExceeded` (nothing sent)."""
+        :class:`~tuned.llm.ledger.BudgetExceeded` (nothing sent). ``max_tokens``: this
+        request's limit (default ``llm.max_tokens``), reserved and sent alike."""
         s = self.settings
-        key = prompt_key(s.model, messages, max_tokens=s.max_tokens, temperature=s.temperature)
+        limit = s.max_tokens if max_tokens is None else max_tokens
+        key = prompt_key(s.model, messages, max_tokens=limit, temperature=s.temperature)
         hit = self.cache.get(key)
         if hit is not None:
             return ChatReply(hit.text, hit.finish_reason, hit.usage, True, 0, 0, key)
@@ -153,7 +160,7 @@ class ChatClient:
             reservation = self.ledger.reserve(
                 kernel=kernel,
                 prompt_estimate=estimate,
-                max_tokens=s.max_tokens,
+                max_tokens=limit,
                 model=s.model,
                 purpose=purpose,
             )
@@ -161,7 +168,7 @@ class ChatClient:
                 response = self._client.chat.completions.create(
                     model=s.model,
                     messages=[{"role": m["role"], "content": m["content"]} for m in messages],
-                    max_tokens=s.max_tokens,
+                    max_tokens=limit,
                     temperature=s.temperature,
                 )
             except self._openai.OpenAIError as exc:

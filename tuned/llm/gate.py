@@ -17,6 +17,8 @@ rule              refuses
 ``monkey_patch``  assignments to attributes of imported modules (``torch.add = ...``)
 ``launcher``      no top-level launcher function
 ``signature``     a launcher whose parameters (names, order, kinds) differ from the original's
+                  (a reference entry's first modules: the reference's parameters first, in
+                  order, and any further parameter with a default: the knobs)
 ``no_kernel``     no ``@triton.jit`` function
 ``not_launched``  no ``kernel[grid](...)`` launch reachable from the launcher
 ``torch_compute`` torch compute standing in for the kernel in the launcher or what it calls:
@@ -192,7 +194,7 @@ def check_llm_module(
     functions = _functions(tree)
     if launcher not in functions:
         return GateRejection("launcher", f"no top-level function {launcher}() (the launcher)")
-    found = _signature(functions[launcher], original_source, launcher)
+    found = _signature(functions[launcher], original_source, launcher, reference)
     if found is not None:
         return found
     kernels = {name for name, fn in functions.items() if _is_jit(fn, aliases)}
@@ -335,18 +337,46 @@ def _monkey_patch(tree: ast.Module, aliases: dict[str, str]) -> GateRejection | 
     return None
 
 
-def _signature(fn: ast.FunctionDef, original_source: str, launcher: str) -> GateRejection | None:
+def _signature(
+    fn: ast.FunctionDef, original_source: str, launcher: str, reference: str | None = None
+) -> GateRejection | None:
     try:
-        original = _functions(ast.parse(original_source)).get(launcher)
+        defined = _functions(ast.parse(original_source))
     except SyntaxError:
-        original = None
+        defined = {}
+    original = defined.get(launcher)
     if original is None:
-        return None  # nothing to compare with (a reference-only entry)
+        ref = defined.get(reference or "")
+        return None if ref is None else _reference_signature(fn, ref, launcher)
     if _param_shape(fn.args) != _param_shape(original.args):
         return GateRejection(
             "signature",
             f"the launcher's parameters changed: was {launcher}({ast.unparse(original.args)}),"
             f" now {launcher}({ast.unparse(fn.args)})",
+        )
+    return None
+
+
+def _reference_signature(
+    fn: ast.FunctionDef, ref: ast.FunctionDef, launcher: str
+) -> GateRejection | None:
+    """A reference entry's launcher: the reference's parameters first (same names, order and
+    kinds), then only parameters with a default (knobs, passed by keyword)."""
+    want = _param_shape(ref.args)
+    have = _param_shape(fn.args)
+    args = fn.args
+    positional = [*args.posonlyargs, *args.args]
+    defaulted = {a.arg for a in positional[len(positional) - len(args.defaults) :]}
+    defaulted |= {a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None}
+    extra = have[len(want) :]
+    if have[: len(want)] != want or any(
+        name not in defaulted for name, kind in extra if kind not in ("*args", "**kwargs")
+    ):
+        return GateRejection(
+            "signature",
+            f"the launcher must take the reference's parameters, then only knobs with "
+            f"defaults: want {launcher}({ast.unparse(ref.args)}, <knob>=<default>, ...), "
+            f"got {launcher}({ast.unparse(fn.args)})",
         )
     return None
 
@@ -421,16 +451,21 @@ def _torch_compute(
     return None
 
 
-def gate_result(spec: KernelSpec, candidate: Candidate) -> EvalResult | None:
+def gate_result(
+    spec: KernelSpec, candidate: Candidate, *, original_source: str | None = None
+) -> EvalResult | None:
     """The ``rejected_static`` result of an LLM-written candidate that breaks a rule
     (``metadata["gate_rule"]`` names it); ``None`` for a candidate that passes or that no
-    LLM wrote (those get the minimal gate in the evaluation client)."""
+    LLM wrote (those get the minimal gate in the evaluation client).
+
+    ``original_source``: the module whose launcher signature must be kept, when it is not
+    the entry's own (a reference entry's first correct LLM-written module, its *seed*)."""
     if candidate.provenance is not Provenance.LLM:
         return None
     rejection = check_llm_module(
         candidate.source,
         launcher=spec.launcher,
-        original_source=spec.module_source,
+        original_source=spec.module_source if original_source is None else original_source,
         reference=spec.reference,
     )
     if rejection is None:

@@ -17,8 +17,13 @@ metric                                     type      labels            what
 ``ktuned_llm_budget_remaining_tokens``     gauge     ``scope``         cap minus committed
 ``ktuned_llm_kernel_tokens_total``         counter   ``kernel``        charged per kernel
 ``ktuned_llm_cost_dollars_total``          counter                     from the price table
-``ktuned_llm_attempts_total``              counter   ``status``        what each request
-                                                                       gave (docs/llm.md)
+``ktuned_llm_attempts_total``              counter   ``status``        what each rewrite
+                                                                       request gave
+                                                                       (docs/llm.md)
+``ktuned_llm_strategy_requests_total``     counter   ``status``        what each request for
+                                                                       new strategies gave
+``ktuned_llm_strategies``                  gauge     ``kernel``        LLM-proposed
+                                                                       strategies accepted
 =========================================  ========  ================  =====================
 
 Without a configured budget (no LLM) the ``total`` scope reports a limit and a remainder of
@@ -36,6 +41,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from tuned.llm.attempts import ATTEMPT_STATUSES
 from tuned.llm.ledger import BudgetCaps, read_totals
+from tuned.llm.proposed import STRATEGY_STATUSES, read_strategies
 
 __all__ = ["LLM_TOKEN_KINDS", "attempt_counts", "llm_families"]
 
@@ -105,13 +111,38 @@ def llm_families(
     for status, n in sorted(counts.items()):
         attempts.add_metric([status], n)
     yield attempts
+    requests = CounterMetricFamily(
+        "ktuned_llm_strategy_requests",
+        "LLM requests for new strategies by what they gave (accepted, duplicate, capped, "
+        "malformed, ...)",
+        labels=["status"],
+    )
+    counts = {status: 0 for status in STRATEGY_STATUSES} | attempt_counts(db, "strategy")
+    for status, n in sorted(counts.items()):
+        requests.add_metric([status], n)
+    yield requests
+    proposed = GaugeMetricFamily(
+        "ktuned_llm_strategies",
+        "LLM-proposed strategies accepted per kernel (each is an arm llm:proposed_<n>)",
+        labels=["kernel"],
+    )
+    per_kernel_strategies: dict[str, int] = {}
+    for s in [] if db is None else read_strategies(db):
+        per_kernel_strategies[s.kernel] = per_kernel_strategies.get(s.kernel, 0) + 1
+    for kernel, n in sorted(per_kernel_strategies.items()):
+        proposed.add_metric([kernel], n)
+    yield proposed
 
 
-def attempt_counts(db: sqlite3.Connection | None) -> dict[str, int]:
+def attempt_counts(db: sqlite3.Connection | None, purpose: str = "rewrite") -> dict[str, int]:
+    """Requests of ``purpose`` (``rewrite`` or ``strategy``) by status."""
     if db is None:
         return {}
     try:
-        rows = db.execute("SELECT status, COUNT(*) FROM llm_attempts GROUP BY status").fetchall()
+        rows = db.execute(
+            "SELECT status, COUNT(*) FROM llm_attempts WHERE purpose = ? GROUP BY status",
+            (purpose,),
+        ).fetchall()
     except sqlite3.OperationalError:
         return {}
     return {str(s): int(n) for s, n in rows}

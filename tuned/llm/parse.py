@@ -24,7 +24,7 @@ import ast
 import re
 from dataclasses import dataclass
 
-__all__ = ["ParsedReply", "parse_reply"]
+__all__ = ["ParsedReply", "fenced_blocks", "parse_reply"]
 
 _FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([\w+.-]*)[^\n]*$", re.MULTILINE)
 
@@ -63,6 +63,12 @@ def _blocks(text: str) -> tuple[list[tuple[str, str]], bool]:
         blocks.append((opening.group(2).lower(), body.rstrip() + "\n"))
         i = closing + 1
     return blocks, False
+
+
+def fenced_blocks(text: str) -> tuple[list[tuple[str, str]], bool]:
+    """Closed fenced blocks of ``text`` as (language, body), and whether a fence was left
+    open (the rules of this module's docstring; the strategy reply is read with it too)."""
+    return _blocks(text)
 
 
 def defines(source: str, launcher: str) -> bool:

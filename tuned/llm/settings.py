@@ -45,6 +45,17 @@ class LlmSettings:
     history: int = 6
     budget: BudgetCaps = field(default_factory=lambda: DEFAULT_CAPS)
     prices: Prices | None = None
+    #: LLM-proposed strategies (docs/llm.md): ask for new ones after every this many LLM
+    #: rewrites of a kernel (0: never by count) ...
+    strategy_every: int = 12
+    #: ... or once this many rewrites in a row (since the last ask) gave no new best (0: off).
+    strategy_stall: int = 6
+    #: Accepted proposed strategies per kernel, at most (0: never ask).
+    max_strategies: int = 4
+    #: ``max_tokens`` of a strategy request (its reply is a few short JSON objects).
+    strategy_max_tokens: int = 1024
+    #: Reference entries: also time ``torch.compile`` of the reference for the baseline.
+    compile_reference: bool = True
 
     @property
     def enabled(self) -> bool:
@@ -125,6 +136,12 @@ def _num(low: float, high: float | None = None, *, integer: bool = False) -> Che
     return check
 
 
+def _bool(value: object) -> tuple[Any, str | None]:
+    if isinstance(value, bool):
+        return value, None
+    return None, "true or false"
+
+
 def _file(value: object) -> tuple[Any, str | None]:
     if value is None:
         return None, None
@@ -188,4 +205,9 @@ def llm_checks() -> dict[str, Check]:
         "history": _num(0, 50, integer=True),
         "budget": _budget,
         "prices": _prices,
+        "strategy_every": _num(0, integer=True),
+        "strategy_stall": _num(0, integer=True),
+        "max_strategies": _num(0, 32, integer=True),
+        "strategy_max_tokens": _num(64, integer=True),
+        "compile_reference": _bool,
     }

@@ -16,6 +16,7 @@ from tuned.llm.attempts import AttemptLog
 from tuned.llm.cache import ResponseCache
 from tuned.llm.client import ChatClient, LlmUnavailable
 from tuned.llm.ledger import TokenLedger
+from tuned.llm.proposed import StrategyBook
 from tuned.llm.proposer import LlmProposer
 from tuned.llm.settings import LlmSettings, resolve_api_key
 
@@ -62,5 +63,6 @@ def open_proposer(
         ledger=ledger,
         client=client,
         attempts=AttemptLog(store_path),
+        book=StrategyBook(store_path),
         gpu=gpu,
     )

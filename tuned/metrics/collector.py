@@ -191,7 +191,7 @@ class StoreCollector(Collector):
         states = GaugeMetricFamily(
             "ktuned_kernel_state",
             "1 for each kernel's current state (new, tuning, converged, exhausted, failed, "
-            "invalid, retired); other states are absent",
+            "needs_llm, invalid, retired); other states are absent",
             labels=["kernel", "state"],
         )
         speedup = GaugeMetricFamily(
@@ -213,7 +213,7 @@ class StoreCollector(Collector):
         live_states = live.kernel_states if live is not None else {}
         live_names: set[str] = set()
         for k in self._current_progress(store):
-            state = k.state if k.state in ("invalid", "retired") else "new"
+            state = k.state if k.state in ("invalid", "retired", "needs_llm") else "new"
             if k.state == "active":
                 state = live_states.get(k.name, state)
             states.add_metric([k.name, state], 1.0)
@@ -229,6 +229,16 @@ class StoreCollector(Collector):
                 speedup.add_metric([k.name], k.speedup)
         yield from (states, speedup, best, baseline, improved)
         yield self._stale(store, live)
+        held = GaugeMetricFamily(
+            "ktuned_held_candidates",
+            "candidates held for re-verification instead of accepted (speedup above the "
+            "suspicious threshold, or faster than the roofline allows), current generation",
+            labels=["kernel"],
+        )
+        counts = store.held_counts()
+        for name in sorted(live_names):
+            held.add_metric([name], float(counts.get(name, 0)))
+        yield held
         yield from self._best_hardware(store, live_names)
         invalid = store.invalid_entries()
         yield GaugeMetricFamily(

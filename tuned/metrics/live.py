@@ -23,7 +23,16 @@ __all__ = [
 #: Every state of the daemon, as exported in ``ktuned_daemon_state``.
 DAEMON_STATES = ("starting", "tuning", "idle", "paused_gpu_busy", "reloading", "stopping")
 #: Every state of a kernel, as exported in ``ktuned_kernel_state`` (docs/service.md).
-KERNEL_STATES = ("new", "tuning", "converged", "exhausted", "failed", "invalid", "retired")
+KERNEL_STATES = (
+    "new",
+    "tuning",
+    "converged",
+    "exhausted",
+    "failed",
+    "needs_llm",
+    "invalid",
+    "retired",
+)
 #: Every state of hardware feedback, as exported in ``ktuned_profiling_state``
 #: (:class:`tuned.profiling.HardwareFeedback`, docs/profiling.md).
 PROFILING_STATES = ("enabled", "disabled", "interpreter", "unavailable")

@@ -42,6 +42,7 @@ from tuned.registry.validate import (
 )
 
 __all__ = [
+    "DEFAULT_REFERENCE_LAUNCHER",
     "KERNEL_YAML",
     "MAX_PY_BYTES",
     "MAX_PY_FILES",
@@ -57,6 +58,8 @@ MAX_PY_BYTES = 4 << 20
 #: More Python files than this in one entry is almost surely a misplaced tree (a venv, a repo).
 MAX_PY_FILES = 256
 _FUNCTION_KEYS = ("launcher", "inputs", "reference")
+#: The launcher's name in a reference entry that does not name one (docs/registry.md).
+DEFAULT_REFERENCE_LAUNCHER = "launcher"
 
 
 @dataclass(frozen=True)
@@ -267,13 +270,24 @@ def _load(path: Path) -> tuple[KernelSpec | None, list[Problem]]:
     kind = doc.get("kind", "triton")
     if kind == "replay":
         return _load_replay(doc, directory, raw, out)
-    if kind != "triton":
-        out.add("kind", f"must be triton (the default) or replay, got {show(kind)}")
+    if kind not in ("triton", "reference"):
+        out.add("kind", f"must be triton (the default), reference or replay, got {show(kind)}")
+    reference_only = kind == "reference"
 
-    check_top_level(doc, out)
+    check_top_level(doc, out, kind="reference" if reference_only else "triton")
     name = check_name(doc.get("name"), out)
     module = check_module_path(doc.get("module"), directory, out)
     functions = {key: check_function_name(key, doc.get(key), out) for key in _FUNCTION_KEYS}
+    if reference_only:
+        if doc.get("launcher") is None:
+            functions["launcher"] = DEFAULT_REFERENCE_LAUNCHER
+        if doc.get("knobs") is not None:
+            out.add(
+                "knobs",
+                "a reference entry has no knobs of its own: they are discovered from the "
+                "first correct LLM-written module; remove knobs (or write the Triton module "
+                "and drop kind: reference)",
+            )
     shapes, dims = check_shapes(doc.get("shapes"), out)
     dtypes = check_dtypes(doc.get("dtypes"), out)
     tolerance = check_tolerance(doc.get("tolerance"), dtypes, out)
@@ -291,7 +305,10 @@ def _load(path: Path) -> tuple[KernelSpec | None, list[Problem]]:
     declared = doc.get("knobs") is not None
     notices: list[Problem] = []
     baseline: dict[str, KnobValue] = {}
-    if source is not None:
+    if source is not None and reference_only:
+        _check_reference_module(source, directory, module, functions, out)
+        knobs, declared = {}, True
+    elif source is not None:
         knobs, baseline, notices = _check_module(
             source, directory, module, functions, knobs if declared else None, out
         )
@@ -321,8 +338,28 @@ def _load(path: Path) -> tuple[KernelSpec | None, list[Problem]]:
         generation=_generation({KERNEL_YAML: raw, **sources}),
         extra_files={r: t for r, t in texts.items() if r != module and t is not None},
         notices=tuple(notices),
+        kind="reference" if reference_only else "triton",
     )
     return spec, []
+
+
+def _check_reference_module(
+    source: str, directory: Path, module: str, functions: Mapping[str, str | None], out: Problems
+) -> None:
+    """A reference entry's module: ``reference`` and ``inputs`` are top-level defs, and the
+    launcher (the function the LLM writes) is not defined yet."""
+    outline = outline_module(source, directory / module, out)
+    if outline is None:
+        return
+    check_functions(outline, module, {k: v for k, v in functions.items() if k != "launcher"}, out)
+    launcher = functions.get("launcher")
+    if launcher is not None and (launcher in outline.functions or launcher in outline.other):
+        out.add(
+            "launcher",
+            f"'{launcher}' is already defined in {module}; in a reference entry it names the "
+            "Triton launcher the LLM proposer writes: choose an unused name, or drop "
+            "kind: reference to tune the module you wrote",
+        )
 
 
 def _load_replay(
@@ -361,6 +398,7 @@ def _load_replay(
         module_source=description,
         generation=_generation({KERNEL_YAML: raw, f"cache:{cache_field}": parts.data}),
         replay=src,
+        kind="replay",
     )
     return spec, []
 

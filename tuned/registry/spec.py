@@ -98,6 +98,10 @@ class KernelSpec:
     (:mod:`tuned.registry.discovery`); ``notices`` then say what discovery left out and why.
     A replay entry (``replay`` set) has no module: its knobs, baseline and times come from a
     recorded cache (:class:`ReplaySource`), ``module_source`` only describes it.
+    A reference entry (``kind == "reference"``) has a PyTorch ``reference`` and an ``inputs``
+    maker in ``module_source`` but no Triton launcher yet: ``launcher`` names the function
+    the LLM proposer writes (docs/registry.md, "Reference-only entries"); it has no knobs of
+    its own until a correct LLM-written module exists.
     """
 
     name: str
@@ -119,6 +123,13 @@ class KernelSpec:
     extra_files: Mapping[str, str] = field(default_factory=dict)
     notices: tuple[Problem, ...] = ()
     replay: ReplaySource | None = None
+    #: ``"triton"`` (the default), ``"reference"`` (no Triton module yet) or ``"replay"``.
+    kind: str = "triton"
+
+    @property
+    def reference_only(self) -> bool:
+        """A reference entry: its Triton module is still to be written (by the LLM)."""
+        return self.kind == "reference"
 
     @property
     def module_path(self) -> Path:

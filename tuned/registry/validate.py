@@ -128,8 +128,15 @@ def canonical_dtype(name: str) -> str | None:
     return DTYPE_ALIASES.get(name)
 
 
-def check_top_level(doc: dict[object, object], out: Problems) -> None:
-    """Unknown keys (with the allowed ones) and missing required keys."""
+#: A reference entry (``kind: reference``) needs its reference, not a launcher.
+_REFERENCE_REQUIRED: dict[str, str] = {
+    **{k: v for k, v in _REQUIRED_EXAMPLES.items() if k != "launcher"},
+    "reference": "reference: reference",
+}
+
+
+def check_top_level(doc: dict[object, object], out: Problems, *, kind: str = "triton") -> None:
+    """Unknown keys (with the allowed ones) and missing required keys (those of ``kind``)."""
     for key in doc:
         if not isinstance(key, str):
             out.add(
@@ -144,7 +151,8 @@ def check_top_level(doc: dict[object, object], out: Problems) -> None:
                 + ", ".join(TOP_LEVEL_KEYS)
                 + _did_you_mean(key, TOP_LEVEL_KEYS),
             )
-    for key, example in _REQUIRED_EXAMPLES.items():
+    required = _REFERENCE_REQUIRED if kind == "reference" else _REQUIRED_EXAMPLES
+    for key, example in required.items():
         if doc.get(key) is None:
             out.add(key, f"required but missing; add it, e.g. `{example}`")
 

@@ -2,7 +2,9 @@
 
 The store holds kernels and their generations, candidate sources, candidates, evaluations
 (one row per measurement; a candidate "has a result" on a fingerprint when it has a row),
-fingerprints and policy state. Implementations: :class:`tuned.store.sqlite.SqliteStore`.
+fingerprints and policy state, and the read models built on them. The interface is
+:class:`tuned.store.Store`; engines: :class:`tuned.store.SqliteStore` (one box) and
+:class:`tuned.store.PostgresStore` (a fleet).
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from tuned.outcomes import EvalResult, Provenance
 from tuned.registry.spec import KnobValue
 
 __all__ = [
     "BestRow",
+    "CaseTimingRow",
     "EvaluationTotals",
     "KernelProgress",
     "KernelRow",
@@ -137,3 +141,21 @@ class TimelineRow:
     outcome: str
     time_s: float | None
     finished_at: float
+
+
+@dataclass(frozen=True)
+class CaseTimingRow:
+    """A successfully evaluated candidate's per-case figures (read model of the runtime).
+
+    ``timings``: per-case median seconds (case label, e.g. ``M=4096xN=4096/float16``);
+    ``samples``: the raw samples behind each median; ``statuses``: its acceptance decisions.
+    """
+
+    candidate_id: str
+    knobs: Mapping[str, Any]
+    source_hash: str
+    provenance: Provenance
+    timings: Mapping[str, float]
+    samples: Mapping[str, list[float]]
+    timing_kind: str
+    statuses: frozenset[str]
