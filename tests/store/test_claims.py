@@ -8,7 +8,7 @@ import time
 import pytest
 
 from tests.store.conftest import StoreFactory
-from tests.store.test_contract import FP, cand, record
+from tests.store.test_store_contract import FP, cand, record
 from tuned.registry import KernelSpec
 from tuned.store import Store, open_store
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.store.test_contract import FP, cand, record
+from tests.store.test_store_contract import FP, cand, record
 from tuned.errors import StoreError
 from tuned.registry import KernelSpec
 from tuned.store import SCHEMA_VERSION, SqliteStore
