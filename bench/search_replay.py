@@ -2,7 +2,9 @@
 
     python bench/search_replay.py --spaces DIR --seeds N [--policies a,b,...] [--noise]
 
-Every ``*.json.gz`` in DIR is a brute-forced tuning space (see the benchdata README). For
+Every ``*.json.gz`` in DIR is a brute-forced tuning space (see the benchdata README);
+``--spaces`` also takes several directories and files at once (``--spaces DIR FILE ...``),
+e.g. the shared spaces plus a newly recorded one. For
 each space, policy and seed, a simulated tuning loop runs the policy exactly as the daemon
 does: ``suggest`` -> look up the recorded time -> ``observe``. The first trial is the
 baseline, a random configuration that ran correctly (strategy ``"original"``). A failed
@@ -188,7 +190,13 @@ def _job(args: tuple[str, str, int, tuple[int, ...], bool]) -> tuple[str, str, l
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--spaces", type=Path, default=DEFAULT_SPACES)
+    parser.add_argument(
+        "--spaces",
+        type=Path,
+        nargs="+",
+        default=[DEFAULT_SPACES],
+        help="directories (every *.json.gz in them) and/or *.json.gz files",
+    )
     parser.add_argument("--seeds", type=int, default=30)
     parser.add_argument("--policies", default=",".join(DEFAULT_POLICIES))
     parser.add_argument("--budgets", default=",".join(str(b) for b in BUDGETS))
@@ -196,9 +204,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args(argv)
 
-    paths = sorted(args.spaces.glob("*.json.gz"))
+    paths: list[Path] = []
+    for given in args.spaces:
+        if given.is_dir():
+            paths += sorted(given.glob("*.json.gz"))
+        elif given.is_file():
+            paths.append(given)
+        else:
+            parser.error(f"no such directory or file: {given}")
+    paths = list(dict.fromkeys(paths))
     if not paths:
-        parser.error(f"no *.json.gz tuning spaces in {args.spaces}")
+        parser.error(f"no *.json.gz tuning spaces in {', '.join(map(str, args.spaces))}")
+    if len({p.name for p in paths}) != len(paths):
+        parser.error("two spaces share a file name; their rows would be merged")
     names = [p for p in args.policies.split(",") if p]
     unknown = [p for p in names if p not in POLICIES]
     if unknown:

@@ -402,7 +402,8 @@ class HierarchicalPolicy:
             arm = next(a for a in arms if a.name == chosen)
             parent = log.ok[arm.parent].code
             assert parent is not None
-            if arm.llm or any(log.is_free(c, taken) for c in log.index.adjacent(parent, arm.knobs)):
+            steps = self._proposer.steps(log, parent, arm.knobs)
+            if arm.llm or any(log.is_free(c, taken) for c in steps):
                 return arm
             arms = [a for a in arms if a is not arm]  # only pending moves left there
         return None

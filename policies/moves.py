@@ -7,6 +7,11 @@ Moves, in order of preference (``knobs`` are the positions the strategy may chan
    (a numeric knob doubled or halved, when that value is in its list: sizes act on a log
    scale on GPUs, so 32 -> 64 is as natural a step as 32 -> 48), with ``two_knob_prob`` two
    knobs stepped at once, and with ``jump_prob`` a *jump* of one knob to any other value.
+   When no one-step neighbour of the incumbent is free, a *swap* (``swaps``): the values
+   of two twin knobs exchanged (twins: the same list of sizes, as ``BLOCK_M`` and
+   ``BLOCK_N``), so the transposed tile shape of a local optimum is tried before the
+   search moves on to slower parents; reaching it by single steps means going through a
+   worse shape (a 256 x 256 tile) first.
 2. *widened*: when no neighbour within ``knobs`` is free, a one-knob step of any knob.
 3. *random*: when the parent's whole neighbourhood is taken, a uniformly random free
    configuration of the space.
@@ -40,12 +45,14 @@ __all__ = ["Move", "MoveSettings", "NeighbourProposer"]
 
 @dataclass(frozen=True)
 class MoveSettings:
-    """Probabilities of the rarer move kinds, and how hard failures repel (log-latency)."""
+    """Probabilities of the rarer move kinds, how hard failures repel (log-latency), and
+    whether a parent with no free one-step neighbour may swap twin knobs."""
 
     scale_prob: float = 0.1
     two_knob_prob: float = 0.05
     jump_prob: float = 0.02
     failure_penalty: float = 0.05
+    swaps: bool = True
 
     def __post_init__(self) -> None:
         if self.scale_prob + self.two_knob_prob + self.jump_prob > 1:
@@ -112,11 +119,61 @@ class NeighbourProposer:
         pending: set[int],
     ) -> Move | None:
         """A neighbour (or scale / two-knob / jump) move within ``knobs``; ``None`` if none."""
-        index = log.index
         if not knobs:
             return None
+        move = self.rare(log, parent, knobs, rng, pending)
+        if move is not None:
+            return move
+        return self.neighbour(log, parent, knobs, rng, pending)
+
+    def neighbour(
+        self,
+        log: TrialLog,
+        parent: int,
+        knobs: Sequence[int],
+        rng: np.random.Generator,
+        pending: set[int],
+    ) -> Move | None:
+        """The free one-step neighbour within ``knobs`` its evaluated neighbours vouch for
+        best; ``None`` if none is free."""
+        index = log.index
+        options = [c for c in index.adjacent(parent, knobs) if log.is_free(c, pending)]
+        if not options and self._swaps_from(log, parent):
+            options = [c for c in index.swapped(parent, knobs) if log.is_free(c, pending)]
+        if not options:
+            return None
+        return Move(self._best(log, options, rng), "neighbour")
+
+    def steps(self, log: TrialLog, parent: int, knobs: Sequence[int]) -> list[int]:
+        """Every configuration :meth:`neighbour` may move ``parent`` to, free or not."""
+        index = log.index
+        out = index.adjacent(parent, knobs)
+        if self._swaps_from(log, parent):
+            out += index.swapped(parent, knobs)
+        return out
+
+    def _swaps_from(self, log: TrialLog, parent: int) -> bool:
+        """Swaps are tried from the incumbent only (a local optimum of the whole search)."""
+        best = log.best
+        return self.settings.swaps and best is not None and best.code == parent
+
+    def rare(
+        self,
+        log: TrialLog,
+        parent: int,
+        knobs: Sequence[int],
+        rng: np.random.Generator,
+        pending: set[int],
+    ) -> Move | None:
+        """With the rare kinds' probabilities, a scale, two-knob or jump move; else ``None``.
+
+        Draws one number from ``rng`` whatever the outcome (so callers stay reproducible).
+        """
+        index = log.index
         s = self.settings
         roll = rng.random()
+        if not knobs:
+            return None
         rare: tuple[str, list[int]] | None = None
         if roll < s.scale_prob:
             rare = ("scale", index.scaled(parent, knobs))
@@ -128,10 +185,7 @@ class NeighbourProposer:
             options = [c for c in rare[1] if log.is_free(c, pending)]
             if options:
                 return Move(self._best(log, options, rng), rare[0])
-        options = [c for c in index.adjacent(parent, knobs) if log.is_free(c, pending)]
-        if not options:
-            return None
-        return Move(self._best(log, options, rng), "neighbour")
+        return None
 
     def exhausted(self, log: TrialLog, parent: int, knobs: Sequence[int]) -> bool:
         """No one-step neighbour within ``knobs`` is valid and unevaluated (pending aside).
@@ -139,7 +193,8 @@ class NeighbourProposer:
         Permanent: the evaluated set only grows, so an exhausted parent stays exhausted.
         """
         index = log.index
-        return not any(c not in log.seen and index.admits(c) for c in index.adjacent(parent, knobs))
+        steps = self.steps(log, parent, knobs)
+        return not any(c not in log.seen and index.admits(c) for c in steps)
 
     def _two_knob(
         self, index: SpaceIndex, parent: int, knobs: Sequence[int], rng: np.random.Generator

@@ -47,6 +47,12 @@ def _scale_steps(values: Sequence[KnobValue]) -> tuple[tuple[int, ...], ...]:
     return tuple(out)
 
 
+def _is_size_list(values: Sequence[KnobValue]) -> bool:
+    """Numeric values that are not just a flag (``{0, 1}``)."""
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+    return numeric and not set(values) <= {0, 1}
+
+
 class SpaceIndex:
     """Codes, digits and validity of one :class:`SearchSpace` (built once, then cheap)."""
 
@@ -72,6 +78,12 @@ class SpaceIndex:
         )
         self._scaled_digits: tuple[tuple[tuple[int, ...], ...], ...] = tuple(
             _scale_steps(values) for values in self.values
+        )
+        #: Pairs of *twin* knobs: the same list of numeric values, not a flag
+        #: (``BLOCK_M``/``BLOCK_N``, ``tile_size_x``/``tile_size_y``).
+        sizes = [j for j in self.movable_positions if _is_size_list(self.values[j])]
+        self.twins: tuple[tuple[int, int], ...] = tuple(
+            (i, j) for i in sizes for j in sizes if i < j and self.values[i] == self.values[j]
         )
 
     def matches(self, space: SearchSpace) -> bool:
@@ -198,6 +210,20 @@ class SpaceIndex:
             stride, card = self.strides[j], self.cards[j]
             digit = (code // stride) % card
             out.extend(code + (d - digit) * stride for d in self._scaled_digits[j][digit])
+        return out
+
+    def swapped(self, code: int, knobs: Iterable[int]) -> list[int]:
+        """Codes with the values of two *twin* knobs of ``knobs`` exchanged (twins: knobs
+        with the same value list, as the M and N tile sizes of a matmul); only where the
+        two values differ. A transposed tile shape is one move, not two uphill steps."""
+        wanted = set(knobs)
+        out: list[int] = []
+        for i, j in self.twins:
+            if i in wanted and j in wanted:
+                a = (code // self.strides[i]) % self.cards[i]
+                b = (code // self.strides[j]) % self.cards[j]
+                if a != b:
+                    out.append(code + (b - a) * self.strides[i] + (a - b) * self.strides[j])
         return out
 
     def with_digit(self, code: int, knob: int, digit: int) -> int:

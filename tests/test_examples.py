@@ -67,11 +67,16 @@ def test_example_original_is_correct(client: WorkerClient, spec: object) -> None
     derived = derive_shapes(spec.shapes)  # the original passes on every derived shape too
     assert result.metadata["derived_unusable"] == []
     assert result.checked_cases == (checked_shapes + len(derived)) * len(spec.dtypes) * 2
+    compiled = result.metadata["compile"]  # Trial.metrics for clustering (GPU only)
     if has_gpu():
+        assert compiled["registers"] > 0 and compiled["num_warps"] >= 1, compiled
+        assert "shared_bytes" in compiled and "spills" in compiled
         assert result.skipped_cases == () and result.timing_kind == "gpu"
         assert set(result.timings) == {
             f"{s.label()}/{d}" for s in spec.perf_shapes for d in spec.dtypes
         }
+    else:
+        assert compiled == {}  # the interpreter compiles nothing
 
 
 @pytest.mark.gpu

@@ -124,7 +124,7 @@ def test_baseline_seed_and_explicit_baseline(tmp_path: Path) -> None:
         ({"baseline": {"block": 2, "tile": 1}}, True, "baseline", "CompilationFailedConfig"),
         ({"baseline": {"block": 1}}, True, "baseline", "missing tile"),
         ({"module": "x.py"}, True, "module", "unknown key for a replay entry"),
-        ({"kind": "cuda"}, True, "kind", "triton (the default) or replay"),
+        ({"kind": "cuda"}, True, "kind", "triton (the default), reference or replay"),
         ({"weight": 0}, True, "weight", "must be a number > 0"),
     ],
 )

@@ -38,7 +38,7 @@ from tuned.acceptance import AcceptanceSettings, Interval, decide, speedup_inter
 from tuned.evaluation.client import WorkerClient
 from tuned.llm.gate import gate_result
 from tuned.outcomes import Candidate, EvalResult, Outcome, Provenance
-from tuned.profiling import case_label
+from tuned.profiling import case_label, merge_metrics
 from tuned.registry.spec import KernelSpec, KnobValue
 from tuned.store.api import Store
 from tuned.store.base import TrialRow
@@ -877,8 +877,8 @@ def _nothing_evaluated(suggestion: Suggestion) -> Trial:
 
 
 def _as_policy_trial(row: TrialRow, profile: Mapping[str, float] | None = None) -> Trial:
-    """The policy's view of a stored trial; ``profile``: its profile metrics, if profiled
-    (merge with compile metadata: :func:`tuned.profiling.merge_metrics`)."""
+    """The policy's view of a stored trial: its compile metadata (registers, spills, shared
+    memory, warps, stages: GPU only) merged with ``profile``, its profile metrics if profiled."""
     return Trial(
         candidate_id=row.candidate_id,
         knobs=row.knobs,
@@ -886,5 +886,5 @@ def _as_policy_trial(row: TrialRow, profile: Mapping[str, float] | None = None) 
         time_s=row.result.time_s,
         strategy=row.strategy or row.provenance.value,
         parent_id=row.parent_id,
-        metrics=dict(profile or {}),
+        metrics=merge_metrics(row.result.metadata.get("compile") or {}, profile or {}),
     )

@@ -18,6 +18,7 @@ from tuned.campaign import CampaignSummary, OnResult, TuneSettings
 from tuned.errors import BadInputError, TunedError
 from tuned.evaluation.client import EvaluationSettings
 from tuned.report import Progress, format_seconds, summary_table
+from tuned.store.api import Store
 from tuned.store.sqlite import SqliteStore
 
 __all__ = ["main"]
@@ -54,6 +55,15 @@ def build_parser() -> argparse.ArgumentParser:
             default=None,
             help="where the store lives (default: $KTUNED_STATE_DIR, else "
             "$XDG_STATE_HOME/ktuned, else ~/.local/state/ktuned)",
+        )
+
+    def store_url(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--store",
+            default=None,
+            metavar="URL",
+            help="read this store instead of the state directory's: sqlite:///ABS/PATH.sqlite "
+            "or postgresql://USER:PASSWORD@HOST:PORT/DATABASE (a fleet, docs/fleet.md)",
         )
 
     tune = sub.add_parser("tune", help="tune a registry directory or one entry, bounded")
@@ -104,11 +114,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = sub.add_parser("status", help="kernels in the store, their best and their state")
     state_dir(status)
+    store_url(status)
 
     best = sub.add_parser("best", help="the best variant of a kernel: knobs and source")
     best.add_argument("kernel")
     best.add_argument("--json", action="store_true", help="print one JSON object")
     state_dir(best)
+    store_url(best)
 
     registry = sub.add_parser("registry", help="registry tools")
     registry_sub = registry.add_subparsers(dest="registry_command", required=True)
@@ -132,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="PNG plots and an HTML summary of the store")
     report.add_argument("--out", type=Path, required=True, help="directory to write into")
     state_dir(report)
+    store_url(report)
 
     export = sub.add_parser(
         "export", help="a kernel's bests as a directory that runs without ktuned"
@@ -145,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="directory (default) or triton-configs: print triton.Config lists",
     )
     state_dir(export)
+    store_url(export)
 
     budget = sub.add_parser("budget", help="LLM token spend and what is left (docs/llm.md)")
     budget.add_argument(
@@ -193,11 +207,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
 
 
-def _open_store(args: argparse.Namespace) -> tuple[SqliteStore, Path]:
+def _open_sqlite(args: argparse.Namespace) -> tuple[SqliteStore, Path]:
     from tuned.tuning import default_state_dir
 
     state = args.state_dir or default_state_dir()
     return SqliteStore(state / "ktuned.sqlite"), state
+
+
+def _open_store(args: argparse.Namespace) -> tuple[Store, Path]:
+    """``--store URL`` when given, else the state directory's SQLite store."""
+    if getattr(args, "store", None):
+        from tuned.store.url import open_store
+        from tuned.tuning import default_state_dir
+
+        return open_store(args.store), args.state_dir or default_state_dir()
+    return _open_sqlite(args)
 
 
 def _tune(args: argparse.Namespace) -> int:
@@ -210,7 +234,7 @@ def _tune(args: argparse.Namespace) -> int:
             f"{args.path} does not exist; give a registry directory, an entry "
             "directory or a kernel.yaml"
         )
-    store, state = _open_store(args)
+    store, state = _open_sqlite(args)
     interpreter = detect_interpreter(args.device)
     t = args.phase_timeout
     evaluation = EvaluationSettings(
@@ -257,11 +281,11 @@ def _tune(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    store, state = _open_store(args)
+    store, _ = _open_store(args)
     try:
         kernels = store.kernels()
         invalid = store.invalid_entries()
-        print(f"store: {state / 'ktuned.sqlite'}")
+        print(f"store: {store.location}")
         if not kernels and not invalid:
             print("no kernels yet: run `ktuned tune REGISTRY_DIR`")
             return EXIT_OK
@@ -378,12 +402,13 @@ def _run(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from tuned.reporting import write_report
 
-    store, state = _open_store(args)
+    store, _ = _open_store(args)
+    location = store.location
     try:
         index = write_report(store, args.out)
     finally:
         store.close()
-    print(f"report of {state / 'ktuned.sqlite'}: {index}")
+    print(f"report of {location}: {index}")
     return EXIT_OK
 
 

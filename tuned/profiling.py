@@ -38,8 +38,8 @@ from profilers.peaks import PeakMeasurementError, Peaks, measure_in_subprocess
 from tuned.evaluation.client import _kernel_payload, worker_environment
 from tuned.outcomes import Outcome
 from tuned.registry.spec import KernelSpec
+from tuned.store.api import Store
 from tuned.store.base import TrialRow
-from tuned.store.sqlite import SqliteStore
 
 if TYPE_CHECKING:  # tuned.daemon imports the campaign, which uses this module
     from tuned.daemon.config import ProfilingConfig
@@ -86,7 +86,7 @@ class HardwareFeedback:
     def __init__(
         self,
         *,
-        store: SqliteStore,
+        store: Store,
         config: ProfilingConfig,
         workdir: Path,
         interpreter: bool,

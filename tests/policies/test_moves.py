@@ -119,3 +119,29 @@ def test_propose_returns_none_only_when_everything_is_taken(
         assert move is not None
         assert move.code not in log.seen
         assert space.admits(log.index.decode(move.code))
+
+
+def test_a_local_optimum_incumbent_tries_its_transposed_tile_shape() -> None:
+    space = SearchSpace(knobs={"BLOCK_M": (64, 128, 256), "BLOCK_N": (64, 128, 256)})
+    rows: list[tuple[dict[str, object], float | None]] = [
+        ({"BLOCK_M": 256, "BLOCK_N": 128}, 1.0),  # the incumbent, every neighbour slower
+        ({"BLOCK_M": 128, "BLOCK_N": 128}, 2.0),
+        ({"BLOCK_M": 256, "BLOCK_N": 64}, 2.0),
+        ({"BLOCK_M": 256, "BLOCK_N": 256}, None),
+    ]
+    log = _log(space, rows)
+    incumbent = log.index.encode({"BLOCK_M": 256, "BLOCK_N": 128})
+    slower = log.index.encode({"BLOCK_M": 128, "BLOCK_N": 128})
+    assert incumbent is not None and slower is not None
+    proposer = NeighbourProposer(settings=ONLY_NEIGHBOURS)
+    move = proposer.neighbour(log, incumbent, (0, 1), np.random.default_rng(0), set())
+    assert move is not None
+    assert log.index.decode(move.code) == {"BLOCK_M": 128, "BLOCK_N": 256}
+    assert not proposer.exhausted(log, incumbent, (0, 1))
+    # Not from a slower parent (it still has one-step moves), and not when switched off.
+    assert slower not in {move.code}
+    off = NeighbourProposer(
+        settings=MoveSettings(scale_prob=0, two_knob_prob=0, jump_prob=0, swaps=False)
+    )
+    assert off.neighbour(log, incumbent, (0, 1), np.random.default_rng(0), set()) is None
+    assert off.exhausted(log, incumbent, (0, 1))

@@ -58,3 +58,30 @@ def test_random_free_draws_only_valid_untaken_and_is_exact_when_full(
         assert code in valid and code not in taken
         taken.add(code)
     assert taken == valid
+
+
+def test_swaps_exchange_the_values_of_twin_size_knobs_only() -> None:
+    space = SearchSpace(
+        knobs={
+            "BLOCK_M": (64, 128, 256),
+            "BLOCK_N": (64, 128, 256),
+            "BLOCK_K": (32, 64),
+            "EVEN_M": (0, 1),
+            "EVEN_N": (0, 1),
+        }
+    )
+    index = SpaceIndex(space)
+    assert index.twins == ((0, 1),)  # flags with equal lists are not twins
+    code = index.encode({"BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 64, "EVEN_M": 1, "EVEN_N": 0})
+    assert code is not None
+    (swapped,) = index.swapped(code, range(5))
+    assert index.decode(swapped) == {
+        "BLOCK_M": 128,
+        "BLOCK_N": 256,
+        "BLOCK_K": 64,
+        "EVEN_M": 1,
+        "EVEN_N": 0,
+    }
+    assert index.swapped(code, (0, 2)) == []  # both twins must be movable by the strategy
+    square = index.with_digit(code, 1, 2)  # 256 x 256: nothing to exchange
+    assert index.swapped(square, range(5)) == []

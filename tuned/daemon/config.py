@@ -135,6 +135,9 @@ class DaemonConfig:
     #: Store URL (docs/fleet.md): "" is ``sqlite:///<state_dir>/ktuned.sqlite``; a
     #: ``postgresql://`` URL shares results and claims work with every daemon using it.
     store: str = ""
+    #: Fleet mode: seconds a claim on a candidate holds without a result before another
+    #: daemon takes it over (docs/fleet.md); 0: the daemon's evaluation bound.
+    fleet_lease_s: float = 0.0
     device: str = "auto"
     policy: str = DEFAULT_POLICY
     seed: int = 0
@@ -318,6 +321,7 @@ def _store_url(value: object) -> tuple[Any, str | None]:
 _TOP: dict[str, Check] = {
     "state_dir": _path,
     "store": _store_url,
+    "fleet_lease_s": _number(0.0),
     "device": _choice(DEVICES),
     "policy": _policy,
     "seed": _number(0, integer=True),

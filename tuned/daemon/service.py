@@ -43,9 +43,11 @@ from tuned.pipeline import CampaignPipeline, compile_workers_for, pipeline_for
 from tuned.profiling import HardwareFeedback
 from tuned.registry import KernelSpec, format_problems
 from tuned.runtime.stale import revalidate, stale_bests
+from tuned.store.api import Store
 from tuned.store.base import fingerprint_id
+from tuned.store.claims import ClaimSettings
 from tuned.store.postgres import redact
-from tuned.store.sqlite import SqliteStore
+from tuned.store.url import default_store_url, open_store, sqlite_path
 
 __all__ = ["Daemon", "MonitorFactory"]
 
@@ -88,23 +90,21 @@ def _interpreter_mode(device: str) -> bool:
     return False
 
 
-def _sqlite_store_path(config: DaemonConfig) -> Path:
-    """The daemon's SQLite store file, from the config's store URL (docs/fleet.md).
+#: Longest a fleet daemon's step waits for other daemons' claims before it moves on.
+FLEET_WAIT_S = 5.0
+#: Seconds before a kernel whose open work other daemons hold is picked again.
+FLEET_RETRY_S = 30.0
 
-    A ``postgresql://`` store is refused here for now: the daemon's metrics collector, LLM
-    token ledger and profiler still open the SQLite file themselves. Fleet tuning with a
-    shared PostgreSQL store runs through :class:`~tuned.campaign.Campaign` with claims."""
-    from tuned.store.url import default_store_url, sqlite_path
 
-    url = config.store or default_store_url(config.state_dir)
-    path = sqlite_path(url)
-    if path is None:
-        raise TunedError(
-            f"store {redact(url)}: the daemon cannot run on PostgreSQL yet (its metrics, "
-            "token ledger and profiler read the local SQLite file; docs/fleet.md, 'Not yet'); "
-            "remove the store key to use the SQLite store in state_dir"
-        )
-    return path
+def _store_url(config: DaemonConfig) -> str:
+    """The daemon's store URL: the config's ``store``, else the SQLite file in state_dir."""
+    return config.store or default_store_url(config.state_dir)
+
+
+def _llm_path(config: DaemonConfig) -> Path:
+    """The SQLite file of the LLM's ledger, cache and attempt log: the store's file, or one
+    of this box's own beside a PostgreSQL store (docs/fleet.md)."""
+    return sqlite_path(_store_url(config)) or config.state_dir / "ktuned-llm.sqlite"
 
 
 class Daemon:
@@ -133,7 +133,11 @@ class Daemon:
         self.errors = 0
         self.signals = SignalGate()
         self._reconciled = False
-        self._store: SqliteStore | None = None
+        self._store: Store | None = None
+        #: Fleet mode (a PostgreSQL store): how campaigns claim candidates; None otherwise.
+        self._claims: ClaimSettings | None = None
+        #: Kernels whose open work other daemons hold -> when to pick them again.
+        self._fleet_waits: dict[str, float] = {}
         self._client: GatedWorkerClient | None = None
         self._monitor: GpuMonitor | None = None
         self._collector: StoreCollector | None = None
@@ -164,10 +168,15 @@ class Daemon:
     def _start(self) -> None:
         cfg = self.config
         cfg.state_dir.mkdir(parents=True, exist_ok=True)
-        self._store = SqliteStore(_sqlite_store_path(cfg))
+        url = _store_url(cfg)
+        self._store = open_store(url)
+        log.info("store: %s", redact(url))
         registry = CollectorRegistry()
         self._collector = StoreCollector(
-            self._store.path, self.live, llm_budget=cfg.llm.budget if cfg.llm.enabled else None
+            url,
+            self.live,
+            llm_budget=cfg.llm.budget if cfg.llm.enabled else None,
+            llm_path=_llm_path(cfg),
         )
         registry.register(self._collector)
         ProcessCollector(registry=registry)
@@ -199,8 +208,20 @@ class Daemon:
             )
         # The LLM proposer (docs/llm.md): None when not configured; parametric tuning either way.
         self._llm = open_proposer(
-            cfg.llm, store_path=self._store.path, gpu=self._store.fingerprint(self.fingerprint)
+            cfg.llm,
+            store_path=_llm_path(cfg),
+            ledger_url=url if sqlite_path(url) is None else None,  # a fleet shares its caps
+            gpu=self._store.fingerprint(self.fingerprint),
         )
+        if sqlite_path(url) is None:  # a fleet: claim each candidate before evaluating it
+            self._claims = ClaimSettings(
+                lease_s=cfg.fleet_lease_s or self._evaluation_bound(),
+                poll_s=1.0,
+                max_wait_s=FLEET_WAIT_S,
+            )
+            log.info(
+                "fleet mode: claims as %s, lease %.0f s", self._claims.owner, self._claims.lease_s
+            )
         self._scan(settle=True)
         self.server.check_answers()
         self.live.update(daemon_state="idle")
@@ -244,12 +265,16 @@ class Daemon:
             if busy:
                 self._sleep(min(self.config.gpu.check_interval_s, self._until_poll()))
                 return
+            self._fleet_retry(time.time())
             name = self.scheduler.pick(time.time())
             if name is None:
                 self.live.update(daemon_state="idle", current_kernel="")
                 self.notifier.status(self._status_line())
-                revisit = self.scheduler.next_revisit(time.time())
-                self._sleep(min(self._until_poll(), revisit if revisit is not None else 3600.0))
+                now = time.time()
+                revisit = self.scheduler.next_revisit(now)
+                waits = [due - now for due in self._fleet_waits.values()]
+                waits.append(3600.0 if revisit is None else revisit)
+                self._sleep(max(0.0, min(self._until_poll(), *waits)))
                 return
             self._step(name)
         except ShutdownRequested:
@@ -284,6 +309,12 @@ class Daemon:
             if self.scheduler.tracks.get(name) and not self.scheduler.tracks[name].needs_llm:
                 log.info("%s: needs_llm: %s", name, campaign.needs_llm)
             self.scheduler.wait_for_llm(name, campaign.needs_llm, retry)
+        elif row is None and self._claims is not None and campaign.note.startswith("waiting for"):
+            # The rest of this kernel's work is claimed by other daemons: set it aside and
+            # look again later (their results, or their expired claims to take over).
+            self.scheduler.finish(name, campaign.note, now)
+            self._fleet_waits[name] = now + FLEET_RETRY_S
+            log.info("%s: %s", name, campaign.note)
         elif row is None:
             self.scheduler.finish(name, campaign.note or "nothing left to try", now)
             log.info("%s: %s", name, campaign.note or "nothing left to try")
@@ -296,6 +327,15 @@ class Daemon:
             for spec in [c.spec for c in self.campaigns.values()]:
                 self._track(spec)
         self._publish()
+
+    def _fleet_retry(self, now: float) -> None:
+        """Track again the kernels set aside for other daemons' claims, once due."""
+        for name, due in list(self._fleet_waits.items()):
+            if now < due:
+                continue
+            del self._fleet_waits[name]
+            if name in self.campaigns:
+                self._track(self.campaigns[name].spec)
 
     def _evaluation_bound(self) -> float:
         """The longest one step may block the loop (the client enforces each part): a worker
@@ -391,6 +431,7 @@ class Daemon:
             hardware=None if replay else self._hardware,
             masks=self.config.profiling.thresholds,
             llm=None if replay else self._llm,
+            claims=self._claims,
         )
         self.scheduler.track(
             spec.name,

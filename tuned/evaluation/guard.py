@@ -77,6 +77,24 @@ def _caller_module(depth: int = 2) -> str:
 _TRUSTED_LIBRARIES = frozenset({"triton", "torch", "numpy"})
 
 
+def compile_facts(compiled: Any) -> dict[str, float] | None:
+    """Registers, spills, shared memory, warps and stages of a compiled Triton kernel (what
+    ``JITFunction.run`` returns on a GPU); ``None`` for anything else (the interpreter)."""
+    regs = getattr(compiled, "n_regs", None)
+    metadata = getattr(compiled, "metadata", None)
+    if not isinstance(regs, int) or metadata is None:
+        return None
+    facts = {"registers": float(regs), "spills": float(getattr(compiled, "n_spills", 0) or 0)}
+    for key, name in (("shared", "shared_bytes"), ("num_warps", "num_warps")):
+        value = getattr(metadata, key, None)
+        if isinstance(value, (int, float)):
+            facts[name] = float(value)
+    stages = getattr(metadata, "num_stages", None)
+    if isinstance(stages, (int, float)):
+        facts["num_stages"] = float(stages)
+    return facts
+
+
 def _library_is_acting() -> bool:
     """Whether the nearest caller outside the standard library (and this module) is a
     trusted library rather than candidate code or the worker."""
@@ -107,6 +125,8 @@ class Guard:
         self.poison = poison
         self.violations: list[str] = []
         self.launches = 0
+        #: Compile metadata of the candidate modules' kernels that ran, by (module, function).
+        self.compiled: dict[tuple[str, str], dict[str, float]] = {}
         self._undo: list[tuple[Any, str, Any, Any]] = []
 
     # -- helpers
@@ -181,11 +201,15 @@ class Guard:
 
             def run(kernel: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
                 fn = getattr(kernel, "fn", None)
-                if not kwargs.get("warmup") and getattr(fn, "__module__", "") in (
-                    self.candidate_modules
-                ):
+                module = getattr(fn, "__module__", "")
+                ours = not kwargs.get("warmup") and module in self.candidate_modules
+                if ours:
                     self.launches += 1
-                return _original(kernel, *args, **kwargs)
+                compiled = _original(kernel, *args, **kwargs)
+                facts = compile_facts(compiled) if ours else None
+                if facts is not None:
+                    self.compiled[(module, getattr(fn, "__name__", "?"))] = facts
+                return compiled
 
             self._patch(cls, "run", run)
 

@@ -151,6 +151,21 @@ def _driver_version() -> str:
         return "unknown"
 
 
+def summarize_compile_facts(facts: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """One candidate's compile metadata (``Trial.metrics`` keys): the largest registers,
+    spills and shared memory over its kernels and specializations, with the warps and stages
+    of the kernel that uses the most registers. Empty in the interpreter."""
+    if not facts:
+        return {}
+    heaviest = max(facts, key=lambda f: f.get("registers", 0.0))
+    out = dict(heaviest)
+    for key in ("registers", "spills", "shared_bytes"):
+        values = [f[key] for f in facts if key in f]
+        if values:
+            out[key] = max(values)
+    return out
+
+
 # ----------------------------------------------------------------------------- modules
 
 
@@ -232,6 +247,8 @@ class Evaluation:
         self.phase_seconds: dict[str, float] = {}
         self.knobs: dict[str, Any] = dict(self.candidate["knobs"])
         self.candidate_modules: set[str] = set()
+        self.module_name = ""  # the candidate's module, once loaded
+        self._compiled: list[dict[str, float]] = []  # compile facts of its kernels (GPU)
         # Inputs and reference outputs outlive the request (see case_cache); without a cache
         # given (a one-off evaluation), one that lives as long as this request.
         self.cache = cache if cache is not None else CaseCache()
@@ -309,6 +326,9 @@ class Evaluation:
         return Guard(candidate_modules=self.candidate_modules, writable=writable, poison=poison)
 
     def _check_guard(self, guard: Guard, *, need_launch: bool) -> None:
+        for (module, _), facts in guard.compiled.items():
+            if module == self.module_name:  # the candidate's kernels, not the incumbent's
+                self._compiled.append(facts)
         if guard.violations:
             raise CaseFailure("cheat", f"forbidden: {guard.violations[0]}")
         if need_launch and guard.launches == 0:
@@ -358,6 +378,7 @@ class Evaluation:
                 raise CaseFailure("cheat", f"forbidden at import: {guard.violations[0]}") from exc
             raise
         self.candidate_modules.add(module.__name__)
+        self.module_name = module.__name__
         self._check_guard(guard, need_launch=False)
         launcher = getattr(module, self.kernel["launcher"], None)
         if not callable(launcher):
@@ -465,6 +486,7 @@ class Evaluation:
                 "incumbent_samples": incumbent_samples,
                 "derived_unusable": sorted(set(unusable)),
                 "case_cache": self.cache.stats.to_dict(),
+                "compile": summarize_compile_facts(self._compiled),
             },
         }
 

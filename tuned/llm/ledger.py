@@ -15,14 +15,19 @@ when usage is missing); a request that provably cost nothing (an HTTP error stat
 maximum when a ledger is next opened (:meth:`TokenLedger.recover`).
 
 Why the caps cannot be overspent: a reservation is checked and inserted in one
-``BEGIN IMMEDIATE`` transaction (SQLite's write lock serializes processes and threads), and
+``BEGIN IMMEDIATE`` transaction (SQLite's write lock serializes processes and threads; on
+a fleet's PostgreSQL store, a transaction that first takes
+``LOCK TABLE llm_ledger IN SHARE ROW EXCLUSIVE MODE``, a lock that excludes itself, so
+the daemons of every box serialize), and
 settling never charges more than was reserved as long as the API reports no more than
 ``max_tokens`` completion tokens and the prompt estimate is an upper bound (it is:
 :func:`estimate_prompt_tokens` counts UTF-8 bytes, and a byte-level BPE token covers at least
 one byte). Should a provider still report more, the truth is charged and logged.
 
 The ledger lives in the store's database file (tables ``llm_*``) behind its own connection,
-in WAL mode with ``synchronous=FULL``: a committed reservation survives a power cut.
+in WAL mode with ``synchronous=FULL``: a committed reservation survives a power cut. Given
+a ``postgresql://`` URL instead, it lives in that database (docs/fleet.md): every box
+sharing it shares the caps.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from tuned.errors import StoreError, TunedError
-from tuned.llm._db import connect
+from tuned.llm._db import SharedDb, connect, is_postgres_url
 
 __all__ = [
     "DAY_S",
@@ -58,6 +63,10 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: Taken first by every writing transaction on PostgreSQL: it conflicts with itself (so
+#: writers run one at a time, as under SQLite's BEGIN IMMEDIATE) but not with readers.
+_PG_LOCK = "LOCK TABLE llm_ledger IN SHARE ROW EXCLUSIVE MODE"
 
 DAY_S = 86400.0
 #: Tokens a chat template may add around each message (role markers, separators).
@@ -219,16 +228,18 @@ def _pid_alive(pid: int) -> bool:
 
 
 class TokenLedger:
-    """The ledger in the SQLite database at ``path`` (usually the store's file).
+    """The ledger in the SQLite database at ``path`` (usually the store's file), or in the
+    PostgreSQL database of a ``postgresql://`` URL (a fleet's shared store: shared caps).
 
-    Thread-safe (one connection behind a lock) and safe across processes (every write is a
-    ``BEGIN IMMEDIATE`` transaction). ``clock`` is injectable for tests of the daily window.
+    Thread-safe (one connection behind a lock) and safe across processes and boxes (every
+    write is a ``BEGIN IMMEDIATE`` transaction, on PostgreSQL one holding a table lock).
+    ``clock`` is injectable for tests of the daily window.
     Opening a ledger recovers the open reservations of dead processes (:meth:`recover`).
     """
 
     def __init__(
         self,
-        path: Path,
+        path: Path | str,
         *,
         caps: BudgetCaps,
         prices: Prices | None = None,
@@ -242,7 +253,11 @@ class TokenLedger:
         self.stale_after_s = stale_after_s
         self.owner = _owner_token()
         self._lock = threading.Lock()
-        self._db = connect(path, _SCHEMA, what="token ledger")
+        self._db: sqlite3.Connection | SharedDb
+        if is_postgres_url(path):
+            self._db = SharedDb(str(path), _SCHEMA, what="token ledger")
+        else:
+            self._db = connect(Path(path), _SCHEMA, what="token ledger")
         _LIVE_OWNERS.add(self.owner)
         self.recover()
 
@@ -256,7 +271,11 @@ class TokenLedger:
     # -- transactions
 
     @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
+    def _transaction(self) -> Iterator[sqlite3.Connection | SharedDb]:
+        if isinstance(self._db, SharedDb):
+            with self._lock, self._db.transaction(_PG_LOCK) as shared:
+                yield shared
+            return
         with self._lock:
             try:
                 self._db.execute("BEGIN IMMEDIATE")
@@ -272,7 +291,9 @@ class TokenLedger:
                     "write was saved (check free disk space and permissions)"
                 ) from exc
 
-    def _committed(self, db: sqlite3.Connection, scope: str, kernel: str, now: float) -> int:
+    def _committed(
+        self, db: sqlite3.Connection | SharedDb, scope: str, kernel: str, now: float
+    ) -> int:
         where, args = self._where(scope, kernel, now)
         row = db.execute(
             f"SELECT COALESCE(SUM(COALESCE(charged, reserved)), 0) FROM llm_ledger {where}", args
@@ -312,13 +333,18 @@ class TokenLedger:
                 left = limit - self._committed(db, scope, kernel, now)
                 if tokens > left:
                     raise BudgetExceeded(scope, tokens, max(0, left), limit)
-            cur = db.execute(
+            insert = (
                 "INSERT INTO llm_ledger (kernel, purpose, model, owner, state, prompt_estimate,"
-                " max_tokens, reserved, created_at) VALUES (?, ?, ?, ?, 'open', ?, ?, ?, ?)",
-                (kernel, purpose, model, self.owner, prompt_estimate, max_tokens, tokens, now),
+                " max_tokens, reserved, created_at) VALUES (?, ?, ?, ?, 'open', ?, ?, ?, ?)"
             )
-            assert cur.lastrowid is not None
-            return Reservation(int(cur.lastrowid), kernel, prompt_estimate, max_tokens)
+            args = (kernel, purpose, model, self.owner, prompt_estimate, max_tokens, tokens, now)
+            if isinstance(db, SharedDb):
+                rid = int(db.execute(insert + " RETURNING id", args).fetchone()[0])
+            else:
+                cur = db.execute(insert, args)
+                assert cur.lastrowid is not None
+                rid = int(cur.lastrowid)
+            return Reservation(rid, kernel, prompt_estimate, max_tokens)
 
     def settle(self, reservation: Reservation, usage: Usage | None, *, note: str = "") -> int:
         """Close ``reservation`` with the reported ``usage`` (``None``: unknown, charged in

@@ -26,9 +26,17 @@ log = logging.getLogger(__name__)
 
 
 def open_proposer(
-    settings: LlmSettings, *, store_path: Path, gpu: Mapping[str, str] | None = None
+    settings: LlmSettings,
+    *,
+    store_path: Path,
+    ledger_url: str | None = None,
+    gpu: Mapping[str, str] | None = None,
 ) -> LlmProposer | None:
-    """The proposer for ``settings`` on the store at ``store_path``, or ``None`` if off."""
+    """The proposer for ``settings`` on the store at ``store_path``, or ``None`` if off.
+
+    ``ledger_url``: a ``postgresql://`` store whose token ledger every daemon of a fleet
+    shares, so the caps hold across boxes (docs/fleet.md); ``None``: the ledger lives in
+    ``store_path`` with the response cache and the attempt log, which stay per box."""
     if not settings.base_url and not settings.model:
         return None
     if not settings.enabled:
@@ -38,7 +46,7 @@ def open_proposer(
             "turn the LLM proposer on, or neither to leave it off"
         )
     api_key = resolve_api_key(settings)
-    ledger = TokenLedger(store_path, caps=settings.budget, prices=settings.prices)
+    ledger = TokenLedger(ledger_url or store_path, caps=settings.budget, prices=settings.prices)
     cache = ResponseCache(store_path)
     try:
         client = ChatClient(settings=settings, ledger=ledger, cache=cache, api_key=api_key)

@@ -30,8 +30,10 @@ from tuned.llm._db import connect_reader
 from tuned.llm.ledger import BudgetCaps
 from tuned.llm.metrics import llm_families
 from tuned.metrics.live import DAEMON_STATES, PROFILING_STATES, LiveSnapshot, LiveStatus
+from tuned.store.api import Store
 from tuned.store.base import KernelProgress
 from tuned.store.sqlite import SqliteStore
+from tuned.store.url import open_store, sqlite_path
 
 __all__ = ["PHASE_BUCKETS", "StoreCollector"]
 
@@ -51,22 +53,32 @@ SOL_RESOURCES = {
 
 
 class StoreCollector(Collector):
-    """Yields the metric families of the store at ``store_path`` (opened read-only, lazily)."""
+    """Yields the metric families of ``store``, opened lazily by the first scrape.
+
+    ``store``: a SQLite file (opened read-only, so a scrape never takes the write lock) or a
+    store URL (``sqlite:///`` likewise; ``postgresql://``: a connection of its own).
+    ``llm_path``: the SQLite file of the LLM's ledger and attempt log; default: the store's
+    file (``None`` for a PostgreSQL store: no LLM figures)."""
 
     def __init__(
         self,
-        store_path: Path,
+        store: Path | str,
         live: LiveStatus | None = None,
         *,
         llm_budget: BudgetCaps | None = None,
+        llm_path: Path | None = None,
     ) -> None:
-        self.store_path = store_path
+        self.store_url = store if isinstance(store, str) else None
+        local = store if isinstance(store, Path) else sqlite_path(store)
+        #: The store's SQLite file; ``None`` for a PostgreSQL store.
+        self.store_path = local
+        self.llm_path = llm_path if llm_path is not None else local
         self.live = live
         #: The LLM token caps (``None``: no LLM configured); spend comes from the ledger.
         self.llm_budget = llm_budget
         self._llm_db: sqlite3.Connection | None = None
         self._lock = threading.Lock()
-        self._store: SqliteStore | None = None
+        self._store: Store | None = None
         self._seq = 0
         self._outcomes: dict[tuple[str, str], int] = {}
         self._phases: dict[str, tuple[int, float, list[int]]] = {}
@@ -99,13 +111,19 @@ class StoreCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         with self._lock:
             if self._store is None:
-                self._store = SqliteStore.open_reader(self.store_path)
+                self._store = self._open()
             live = self.live.snapshot() if self.live is not None else None
             yield from self._process(live)
             yield from self._kernels(self._store, live)
             yield from self._evaluations(self._store)
             yield from self._profiling(self._store, live)
             yield from self._llm()
+
+    def _open(self) -> Store:
+        if self.store_path is not None:
+            return SqliteStore.open_reader(self.store_path)
+        assert self.store_url is not None
+        return open_store(self.store_url)
 
     # -- families
 
@@ -170,7 +188,7 @@ class StoreCollector(Collector):
         yield gpu_info
         yield busy
 
-    def _current_progress(self, store: SqliteStore) -> list[KernelProgress]:
+    def _current_progress(self, store: Store) -> list[KernelProgress]:
         """Every kernel's progress, re-read only for kernels that changed since last scrape."""
         touched, eval_seq, acc_seq = store.changes_since(*self._progress_seqs)
         rows = store.kernels()
@@ -187,7 +205,7 @@ class StoreCollector(Collector):
         self._progress_seqs = (eval_seq, acc_seq)
         return [self._progress[name] for name in sorted(self._progress)]
 
-    def _kernels(self, store: SqliteStore, live: LiveSnapshot | None) -> Iterator[Metric]:
+    def _kernels(self, store: Store, live: LiveSnapshot | None) -> Iterator[Metric]:
         states = GaugeMetricFamily(
             "ktuned_kernel_state",
             "1 for each kernel's current state (new, tuning, converged, exhausted, failed, "
@@ -247,7 +265,7 @@ class StoreCollector(Collector):
             value=len(invalid),
         )
 
-    def _stale(self, store: SqliteStore, live: LiveSnapshot | None) -> Metric:
+    def _stale(self, store: Store, live: LiveSnapshot | None) -> Metric:
         """``ktuned_stale_bests{kernel}``: bests measured under older software of this device
         and not re-validated under the current one (the daemon's fingerprint; without a
         daemon, the newest recorded). 0 for every other non-retired kernel."""
@@ -269,7 +287,7 @@ class StoreCollector(Collector):
                 gauge.add_metric([k.name], float(len(stale.get(k.name, ()))))
         return gauge
 
-    def _evaluations(self, store: SqliteStore) -> Iterator[Metric]:
+    def _evaluations(self, store: Store) -> Iterator[Metric]:
         totals = store.evaluation_totals(self._seq, PHASE_BUCKETS)
         self._seq = totals.upto_seq
         for key, n in totals.outcomes.items():
@@ -319,7 +337,7 @@ class StoreCollector(Collector):
         yield pulls
         yield reward
 
-    def _best_hardware(self, store: SqliteStore, names: set[str]) -> Iterator[Metric]:
+    def _best_hardware(self, store: Store, names: set[str]) -> Iterator[Metric]:
         """SOL ratios, occupancy and roofline fraction of each kernel's incumbent.
 
         Re-read for the kernels whose progress changed, or for all when a profile or roofline
@@ -367,7 +385,7 @@ class StoreCollector(Collector):
                 roofline.add_metric([name], fraction)
         yield from (sol, occupancy, roofline)
 
-    def _profiling(self, store: SqliteStore, live: LiveSnapshot | None) -> Iterator[Metric]:
+    def _profiling(self, store: Store, live: LiveSnapshot | None) -> Iterator[Metric]:
         upto, statuses, (n, seconds, below) = store.profiling_totals(
             self._profiling_seq, PROFILING_BUCKETS
         )
@@ -414,6 +432,6 @@ class StoreCollector(Collector):
 
     def _llm(self) -> Iterator[Metric]:
         # The token ledger and attempt log share the store's file (tuned.llm.metrics).
-        if self._llm_db is None:
-            self._llm_db = connect_reader(self.store_path)
+        if self._llm_db is None and self.llm_path is not None:
+            self._llm_db = connect_reader(self.llm_path)
         yield from llm_families(self._llm_db, self.llm_budget)

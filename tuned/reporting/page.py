@@ -11,7 +11,7 @@ from tuned import __version__
 from tuned.errors import BadInputError
 from tuned.report import format_seconds
 from tuned.reporting.plots import plot_outcomes, plot_speedups, plot_strategies
-from tuned.store.sqlite import SqliteStore
+from tuned.store.api import Store
 
 __all__ = ["write_report"]
 
@@ -25,7 +25,7 @@ pre { background: #f6f6f6; padding: 0.5em; white-space: pre-wrap; }
 """
 
 
-def write_report(store: SqliteStore, out: Path) -> Path:
+def write_report(store: Store, out: Path) -> Path:
     """Write ``out/index.html`` with ``speedup.png``, ``outcomes.png``, ``strategies.png``."""
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -85,7 +85,7 @@ def write_report(store: SqliteStore, out: Path) -> Path:
 <html lang="en"><head><meta charset="utf-8"><title>ktuned report</title>
 <style>{_STYLE}</style></head><body>
 <h1>ktuned report</h1>
-<p class="note">Store {html.escape(str(store.path))}; written {now} by ktuned {__version__}.</p>
+<p class="note">Store {html.escape(store.location)}; written {now} by ktuned {__version__}.</p>
 <p><b>Geometric-mean speedup</b> over {len(speedups)} active kernels with a result:
 <b>{f"{geomean:.3f}x" if geomean else "-"}</b>; {sum(k.evaluations for k in progress)}
 evaluations of current generations.</p>

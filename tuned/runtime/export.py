@@ -30,7 +30,7 @@ from tuned.errors import BadInputError, StoreError
 from tuned.runtime import standalone
 from tuned.runtime.plan import Plan, describe_device, plan_on
 from tuned.runtime.shapes import ShapeBest
-from tuned.store.sqlite import SqliteStore
+from tuned.store.api import Store
 
 __all__ = ["CONFIG_KWARGS", "export_kernel", "export_plan", "triton_configs"]
 
@@ -40,13 +40,13 @@ CONFIG_KWARGS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 ORIGINAL_FILE = "modules/ktuned_original.py"
 
 
-def export_plan(store: SqliteStore, name: str, fingerprint_id: str | None = None) -> Plan:
+def export_plan(store: Store, name: str, fingerprint_id: str | None = None) -> Plan:
     """The plan to export: on ``fingerprint_id``, else on the newest fingerprint on which
     the kernel's current generation has a successful evaluation."""
     kernel = store.kernel(name)
     if kernel is None:
         names = ", ".join(k.name for k in store.kernels()) or "none yet"
-        raise BadInputError(f"no kernel {name!r} in the store {store.path} (known: {names})")
+        raise BadInputError(f"no kernel {name!r} in the store {store.location} (known: {names})")
     if fingerprint_id is None:
         evaluated = store.evaluated_fingerprints(name, kernel.generation)
         if not evaluated:
@@ -61,12 +61,12 @@ def export_plan(store: SqliteStore, name: str, fingerprint_id: str | None = None
     return plan
 
 
-def _checked_source(store: SqliteStore, source_hash: str, what: str) -> str:
+def _checked_source(store: Store, source_hash: str, what: str) -> str:
     text = store.source(source_hash)
     if text is None or standalone.sha256_text(text) != source_hash:
         raise StoreError(
             f"the stored source of {what} does not match its hash {source_hash[:16]}...: the "
-            f"store {store.path} was modified; nothing was exported"
+            f"store {store.location} was modified; nothing was exported"
         )
     return text
 
@@ -92,7 +92,7 @@ def _shape_entry(shape: ShapeBest, variant: int) -> dict[str, Any]:
 
 
 def export_kernel(
-    store: SqliteStore,
+    store: Store,
     name: str,
     out: Path,
     *,
@@ -235,7 +235,7 @@ def triton_configs(plan: Plan) -> str:
     return "\n".join(lines) + "\n"
 
 
-def export_command(store: SqliteStore, name: str, out: Path | None, fmt: str) -> str:
+def export_command(store: Store, name: str, out: Path | None, fmt: str) -> str:
     """What ``ktuned export`` prints: the ``triton.Config`` lists, or a summary of the
     directory written to ``out`` (required for the directory format)."""
     if fmt == "triton-configs":
@@ -269,7 +269,7 @@ def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
-def _entry_extra_files(store: SqliteStore, name: str) -> dict[str, str]:
+def _entry_extra_files(store: Store, name: str) -> dict[str, str]:
     """Sibling modules of a multi-file entry, from its directory while it holds the tuned
     generation (the store keeps the main module only)."""
     kernel = store.kernel(name)

@@ -44,6 +44,7 @@ from tuned.runtime.standalone import (
     runtime_device,
     sha256_text,
 )
+from tuned.store.api import Store
 from tuned.store.sqlite import SqliteStore
 
 __all__ = ["Fallback", "RuntimeLoadError", "current_fingerprint", "load", "resolve_store_path"]
@@ -82,7 +83,7 @@ def resolve_store_path(store: str | os.PathLike[str] | None) -> Path:
 def load(
     name: str,
     *,
-    store: str | os.PathLike[str] | SqliteStore | None = None,
+    store: str | os.PathLike[str] | Store | None = None,
     fallback: Fallback = "original",
     shape_of: Callable[..., Mapping[str, int]] | None = None,
     settings: ShapeSettings = DEFAULT_SHAPE_SETTINGS,
@@ -90,18 +91,29 @@ def load(
     """A callable with kernel ``name``'s launcher signature running its best validated
     variant for this device and software, per timed shape (module docstring).
 
-    ``store``: a state directory, a database file or an open store. ``shape_of``: maps a
-    call's positional arguments to the registry's named dimensions (``{"M": ..., "N": ...}``),
-    for kernels whose shapes cannot be learnt from ``make_inputs``. Raises
-    :class:`RuntimeLoadError` (a :class:`~tuned.errors.TunedError`) when the kernel or the
-    store is unknown, or the stored original fails its hash check.
+    ``store``: a state directory, a database file, a ``postgresql://`` URL or an open
+    store. ``shape_of``: maps a call's positional arguments to the registry's named dimensions
+    (``{"M": ..., "N": ...}``), for kernels whose shapes cannot be learnt from
+    ``make_inputs``. Raises :class:`RuntimeLoadError` (a :class:`~tuned.errors.TunedError`)
+    when the kernel or the store is unknown, or the stored original fails its hash check.
     """
     if not (fallback in ("original", "error") or callable(fallback)):
         raise RuntimeLoadError(
             f"fallback={fallback!r}: use 'original', 'error' or a callable to run instead"
         )
-    if isinstance(store, SqliteStore):
+    if isinstance(store, Store):
         return _load(store, name, fallback, shape_of, settings)
+    if isinstance(store, str) and store.startswith(("postgresql://", "postgres://")):
+        from tuned.store.url import open_store
+
+        try:
+            fleet = open_store(store)
+        except StoreError as exc:
+            raise RuntimeLoadError(str(exc)) from exc
+        try:
+            return _load(fleet, name, fallback, shape_of, settings)
+        finally:
+            fleet.close()
     path = resolve_store_path(store)
     if not path.exists():
         raise RuntimeLoadError(
@@ -119,7 +131,7 @@ def load(
 
 
 def _load(
-    store: SqliteStore,
+    store: Store,
     name: str,
     fallback: Fallback,
     shape_of: Callable[..., Mapping[str, int]] | None,
@@ -135,7 +147,7 @@ def _load(
     except TamperedSourceError as exc:
         raise RuntimeLoadError(
             f"{name}: the stored original does not match its hash ({exc}); the store at "
-            f"{store.path} was modified: sync the entry again (ktuned tune) before loading"
+            f"{store.location} was modified: sync the entry again (ktuned tune) before loading"
         ) from exc
     original = Variant(
         getattr(original_module, plan.launcher), dict(plan.baseline_knobs), "original", "original"
@@ -220,7 +232,7 @@ def _root() -> Path:
 
 
 def _import_stored(
-    store: SqliteStore, plan: Plan, source_hash: str, extra: Mapping[str, str]
+    store: Store, plan: Plan, source_hash: str, extra: Mapping[str, str]
 ) -> ModuleType:
     """Import the stored source ``source_hash`` after checking the text against the hash."""
     text = store.source(source_hash)
@@ -241,7 +253,7 @@ def _import_stored(
     return import_verified(path, source_hash, module_name)
 
 
-def _extra_files(store: SqliteStore, plan: Plan) -> dict[str, str]:
+def _extra_files(store: Store, plan: Plan) -> dict[str, str]:
     """Sibling modules of a multi-file entry: the store keeps only the main module, so they
     are read from the entry's directory, and only while it still holds the generation that
     was tuned (the generation hashes every file of the entry)."""

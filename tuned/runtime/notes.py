@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from tuned.runtime.plan import plan_on
 from tuned.runtime.stale import stale_bests
-from tuned.store.sqlite import SqliteStore
+from tuned.store.api import Store
 
 __all__ = ["status_notes"]
 
 
-def status_notes(store: SqliteStore) -> str:
+def status_notes(store: Store) -> str:
     """Lines to print under the status table ("" when there is nothing to say)."""
     lines = []
     known = store.known_fingerprints()

@@ -17,8 +17,8 @@ from tuned.errors import BadInputError
 from tuned.registry.spec import KnobValue
 from tuned.runtime.shapes import DEFAULT_SHAPE_SETTINGS, ShapeBest, ShapeSettings, shape_bests
 from tuned.runtime.standalone import differences, equivalent, same_device
+from tuned.store.api import Store
 from tuned.store.base import BestRow
-from tuned.store.sqlite import SqliteStore
 
 __all__ = ["Plan", "VariantRef", "describe_device", "plan_for", "plan_on"]
 
@@ -79,17 +79,17 @@ class Plan:
         return "\n".join(lines)
 
 
-def _base(store: SqliteStore, name: str) -> tuple[str, Plan]:
+def _base(store: Store, name: str) -> tuple[str, Plan]:
     kernel = store.kernel(name)
     if kernel is None:
         names = ", ".join(k.name for k in store.kernels()) or "none yet"
         raise BadInputError(
-            f"no kernel {name!r} in the store {store.path} (known: {names}); tune it first "
+            f"no kernel {name!r} in the store {store.location} (known: {names}); tune it first "
             "(ktuned tune / ktuned run) or pass the state directory it was tuned into"
         )
     info = store.generation_info(kernel.generation)
     if info is None:  # pragma: no cover - sync_kernel writes both in one transaction
-        raise BadInputError(f"the store {store.path} lacks generation {kernel.generation}")
+        raise BadInputError(f"the store {store.location} lacks generation {kernel.generation}")
     original_hash, summary = info
     plan = Plan(
         kernel=name,
@@ -105,7 +105,7 @@ def _base(store: SqliteStore, name: str) -> tuple[str, Plan]:
 
 
 def plan_on(
-    store: SqliteStore,
+    store: Store,
     name: str,
     fingerprint_id: str,
     settings: ShapeSettings = DEFAULT_SHAPE_SETTINGS,
@@ -167,7 +167,7 @@ def plan_on(
 
 
 def plan_for(
-    store: SqliteStore,
+    store: Store,
     name: str,
     current: Mapping[str, str],
     settings: ShapeSettings = DEFAULT_SHAPE_SETTINGS,

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 
 from tuned.outcomes import Provenance
 from tuned.runtime.standalone import equivalent, same_device
+from tuned.store.api import Store
 from tuned.store.base import TrialRow
-from tuned.store.sqlite import SqliteStore
 
 if TYPE_CHECKING:
     from tuned.campaign import Campaign
@@ -37,7 +37,7 @@ def classify_fingerprints(
     return fresh, older
 
 
-def stale_bests(store: SqliteStore, current: Mapping[str, str]) -> dict[str, list[str]]:
+def stale_bests(store: Store, current: Mapping[str, str]) -> dict[str, list[str]]:
     """Per active kernel, the candidate ids of its stale bests (kernels without any absent).
 
     ``current``: the fingerprint now in use (the daemon's worker's).
