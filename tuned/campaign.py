@@ -9,6 +9,7 @@ result yet, and never one that has.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import time
 from collections import Counter
@@ -18,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from clustering.features import feature_row
+from clustering.kernels import cluster_kernels, peer_prior
 from policies import (
     DEFAULT_POLICY,
     POLICIES,
@@ -43,6 +46,8 @@ from tuned.registry.spec import KernelSpec, KnobValue
 from tuned.store.api import Store
 from tuned.store.base import TrialRow
 from tuned.store.claims import ClaimSettings
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from tuned.llm.proposer import LlmProposer
@@ -794,12 +799,52 @@ class Campaign:
             self.spec.name, self.spec.generation, self.fingerprint, self.settings.policy
         )
         cls = POLICIES.get(self.settings.policy)
-        if self.masks is not None and isinstance(cls, type) and issubclass(cls, HierarchicalPolicy):
-            settings = replace(cls.default_settings, masks=self.masks)
-            return cls.from_dict(state, settings=settings) if state else cls(settings=settings)
+        if isinstance(cls, type) and issubclass(cls, HierarchicalPolicy):
+            settings = cls.default_settings
+            if self.masks is not None:
+                settings = replace(settings, masks=self.masks)
+            if state:
+                return cls.from_dict(state, settings=settings)
+            return cls(settings=settings, prior=self._peer_prior())
         if state is not None:
             return restore_policy(self.settings.policy, state)
         return make_policy(self.settings.policy)
+
+    def _peer_prior(self) -> dict[str, tuple[float, float]]:
+        """Strategy statistics of the kernels that behave like this one (design.md,
+        "Clustering"): every kernel with a measured original on this fingerprint is
+        summarized by its original's runtime features (latency, and compile metadata on a
+        GPU: like is compared with like, a kernel tuned for a week and one just measured
+        alike), the kernels are clustered, and this kernel's new arms start from its cluster
+        peers' pooled (pulls, reward) per strategy (:func:`clustering.kernels.peer_prior`).
+        Empty while the kernel has fewer peers than clusters."""
+        rows_by_kernel: dict[str, list[dict[str, float]]] = {}
+        for row in self.store.kernels():
+            generation = self.spec.generation if row.name == self.spec.name else row.generation
+            trials = self.store.trials(row.name, generation, self.fingerprint)
+            rows = [
+                feature_row(float(t.result.time_s), _as_policy_trial(t).metrics)
+                for t in trials
+                if t.provenance is Provenance.ORIGINAL
+                and t.result.outcome is Outcome.OK
+                and t.result.time_s
+            ]
+            if rows:
+                rows_by_kernel[row.name] = rows
+        if self.spec.name not in rows_by_kernel or len(rows_by_kernel) < 2:
+            return {}
+        clusters = cluster_kernels(rows_by_kernel, seed=self.settings.seed)
+        stats: dict[str, dict[str, tuple[float, float]]] = {}
+        for (kernel, strategy), (pulls, reward) in self.store.evaluation_totals().arms.items():
+            stats.setdefault(kernel, {})[strategy] = (float(pulls), float(reward))
+        prior = peer_prior(self.spec.name, clusters, stats)
+        if prior:
+            log.info(
+                "%s: strategy arms start from %d peer kernel(s)' statistics",
+                self.spec.name,
+                sum(1 for k, c in clusters.items() if c == clusters[self.spec.name]) - 1,
+            )
+        return prior
 
     def _hardware_feedback(self) -> None:
         """Profiles and roofline figures of the candidates whose hardware figures matter: the
