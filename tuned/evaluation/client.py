@@ -30,7 +30,7 @@ from tuned.evaluation.static import candidate_check
 from tuned.outcomes import Candidate, EvalResult, Outcome
 from tuned.registry.spec import KernelSpec
 
-__all__ = ["EvaluationSettings", "WorkerClient", "worker_environment"]
+__all__ = ["EvaluationSettings", "WorkerClient", "spawn_child", "worker_environment"]
 
 log = logging.getLogger(__name__)
 
@@ -159,39 +159,16 @@ class WorkerClient:
             return self.fingerprint
         self.close()
         self.workdir.mkdir(parents=True, exist_ok=True)
-        req_r, req_w = os.pipe()
-        res_r, res_w = os.pipe()
-        stderr = open(self.workdir / "stderr.log", "wb")  # noqa: SIM115 - handed to the child
-        env = worker_environment(
-            os.environ,
-            interpreter=self.settings.interpreter,
-            cache_dir=self.workdir / "triton-cache",
-            memory_limit=self.settings.memory_limit_bytes,
-        )
         try:
-            self._proc = subprocess.Popen(
-                [
-                    self.python,
-                    "-m",
-                    "tuned.evaluation.worker",
-                    str(req_r),
-                    str(res_w),
-                    str(self.workdir / "modules"),
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=stderr,
-                stderr=stderr,
-                env=env,
-                pass_fds=(req_r, res_w),
-                start_new_session=True,
-                cwd=self.workdir,
+            self._proc, req_w, res_r = spawn_child(
+                self.python,
+                "tuned.evaluation.worker",
+                self.workdir,
+                settings=self.settings,
+                cache_dir=self.workdir / "triton-cache",
             )
         except OSError as exc:
             raise WorkerError(f"cannot start the evaluation worker ({self.python}): {exc}") from exc
-        finally:
-            os.close(req_r)
-            os.close(res_w)
-            stderr.close()
         self.starts += 1
         self._to_worker, self._reader = req_w, _LineReader(res_r)
         line = self._reader.read_line(self.settings.startup_timeout_s)
@@ -335,6 +312,49 @@ class WorkerClient:
             how = f"exited with status {code}"
         tail = _tail(self.workdir / "stderr.log")
         return f"the worker {how} during {phase}" + (f"; stderr ends: {tail}" if tail else "")
+
+
+def spawn_child(
+    python: str,
+    module: str,
+    workdir: Path,
+    *,
+    settings: EvaluationSettings,
+    cache_dir: Path,
+) -> tuple[subprocess.Popen[bytes], int, int]:
+    """Start ``python -m module REQUEST_FD ANSWER_FD workdir/modules`` isolated: its own
+    session and process group (killed as a whole), the scrubbed environment of
+    :func:`worker_environment` with ``cache_dir`` as its Triton cache, stdout and stderr to
+    ``workdir/stderr.log``. Returns the process, the fd to write requests to and the fd to
+    read answers from. Raises ``OSError`` (with nothing left open) when it cannot start."""
+    req_r, req_w = os.pipe()
+    res_r, res_w = os.pipe()
+    env = worker_environment(
+        os.environ,
+        interpreter=settings.interpreter,
+        cache_dir=cache_dir,
+        memory_limit=settings.memory_limit_bytes,
+    )
+    try:
+        with open(workdir / "stderr.log", "wb") as stderr:
+            proc = subprocess.Popen(
+                [python, "-m", module, str(req_r), str(res_w), str(workdir / "modules")],
+                stdin=subprocess.DEVNULL,
+                stdout=stderr,
+                stderr=stderr,
+                env=env,
+                pass_fds=(req_r, res_w),
+                start_new_session=True,
+                cwd=workdir,
+            )
+    except OSError:
+        os.close(req_w)
+        os.close(res_r)
+        raise
+    finally:
+        os.close(req_r)
+        os.close(res_w)
+    return proc, req_w, res_r
 
 
 def _tail(path: Path, limit: int = 800) -> str:

@@ -42,9 +42,9 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from tuned.evaluation.client import EvaluationSettings, kernel_payload, worker_environment
+from tuned.evaluation.client import EvaluationSettings, kernel_payload, spawn_child
 from tuned.evaluation.static import candidate_check
 from tuned.outcomes import Candidate, EvalResult, Outcome
 from tuned.registry.spec import KernelSpec
@@ -287,43 +287,18 @@ class CompilePool:
     def _start(self, slot: _Slot) -> bool:
         slot.workdir.mkdir(parents=True, exist_ok=True)
         self.cache_dir.mkdir(parents=True, exist_ok=True)
-        req_r, req_w = os.pipe()
-        res_r, res_w = os.pipe()
-        stderr: IO[bytes] = open(slot.workdir / "stderr.log", "wb")  # noqa: SIM115 - to the child
-        env = worker_environment(
-            os.environ,
-            interpreter=self.settings.interpreter,
-            cache_dir=self.cache_dir,
-            memory_limit=self.settings.memory_limit_bytes,
-        )
         try:
-            slot.proc = subprocess.Popen(
-                [
-                    self.python,
-                    "-m",
-                    "tuned.evaluation.precompile",
-                    str(req_r),
-                    str(res_w),
-                    str(slot.workdir / "modules"),
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=stderr,
-                stderr=stderr,
-                env=env,
-                pass_fds=(req_r, res_w),
-                start_new_session=True,
-                cwd=slot.workdir,
+            slot.proc, req_w, res_r = spawn_child(
+                self.python,
+                "tuned.evaluation.precompile",
+                slot.workdir,
+                settings=self.settings,
+                cache_dir=self.cache_dir,
             )
         except OSError as exc:
             log.warning("cannot start a compile process (%s): %s", self.python, exc)
-            for fd in (req_w, res_r):
-                os.close(fd)
             self._fail_queue_if_hopeless(slot, f"cannot start: {exc}")
             return False
-        finally:
-            os.close(req_r)
-            os.close(res_w)
-            stderr.close()
         self.starts += 1
         slot.to_child, slot.from_child, slot.buffer = req_w, res_r, b""
         slot.ready, slot.started, slot.mode = False, time.monotonic(), ""
