@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ import yaml
 
 from policies import DEFAULT_POLICY
 from policies.masks import MaskSettings
+from tuned.config_checks import Check, boolean, number
 from tuned.errors import BadInputError
 from tuned.llm.settings import LlmSettings, llm_checks
 
@@ -168,24 +169,6 @@ class ConfigError(BadInputError):
 
 # -- checks: each returns (value, None) or (None, what is allowed)
 
-Check = Callable[[object], "tuple[Any, str | None]"]
-
-
-def _number(low: float, high: float | None = None, *, integer: bool = False) -> Check:
-    kind = "an integer" if integer else "a number"
-    allowed = f"{kind} >= {low:g}" + (f" and <= {high:g}" if high is not None else "")
-
-    def check(value: object) -> tuple[Any, str | None]:
-        ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
-        if isinstance(value, bool) or not ok_type:
-            return None, allowed
-        assert isinstance(value, (int, float))
-        if value < low or (high is not None and value > high):
-            return None, allowed
-        return (int(value) if integer else float(value)), None
-
-    return check
-
 
 def _choice(choices: tuple[str, ...] | list[str]) -> Check:
     allowed = "one of " + ", ".join(choices)
@@ -218,10 +201,6 @@ def _listen(value: object) -> tuple[Any, str | None]:
     return value, None
 
 
-def _boolean(value: object) -> tuple[Any, str | None]:
-    return (value, None) if isinstance(value, bool) else (None, "true or false")
-
-
 def _thresholds(value: object) -> tuple[Any, str | None]:
     allowed = "a mapping of sm, dram, l2 to SOL fractions in (0, 1], e.g. {sm: 0.8, dram: 0.7}"
     if not isinstance(value, Mapping) or not set(value) <= {"sm", "dram", "l2"}:
@@ -237,8 +216,8 @@ def _thresholds(value: object) -> tuple[Any, str | None]:
 def _workers(value: object) -> tuple[Any, str | None]:
     if value == "auto":
         return None, None
-    number, allowed = _number(0, integer=True)(value)
-    return (number, None) if allowed is None else (None, "auto, or an integer >= 0")
+    count, allowed = number(0, integer=True)(value)
+    return (count, None) if allowed is None else (None, "auto, or an integer >= 0")
 
 
 def _policy(value: object) -> tuple[Any, str | None]:
@@ -250,35 +229,35 @@ def _policy(value: object) -> tuple[Any, str | None]:
 _SECTIONS: dict[str, tuple[type[Any], dict[str, Check]]] = {
     "registry": (
         RegistryConfig,
-        {"path": _path, "poll_interval_s": _number(0.05)},
+        {"path": _path, "poll_interval_s": number(0.05)},
     ),
     "scheduler": (
         SchedulerConfig,
         {
-            "window": _number(1, integer=True),
-            "min_gain": _number(0.0, 1.0),
-            "converge_after": _number(1, integer=True),
-            "revisit_interval_s": _number(0.0),
-            "prior_rate": _number(0.0),
-            "floor_rate": _number(0.0),
+            "window": number(1, integer=True),
+            "min_gain": number(0.0, 1.0),
+            "converge_after": number(1, integer=True),
+            "revisit_interval_s": number(0.0),
+            "prior_rate": number(0.0),
+            "floor_rate": number(0.0),
         },
     ),
     "gpu": (
         GpuConfig,
         {
-            "index": _number(0, integer=True),
-            "busy_utilization_percent": _number(0.0, 100.0),
-            "busy_memory_bytes": _number(0, integer=True),
-            "check_interval_s": _number(0.05),
-            "throttle_retries": _number(0, integer=True),
+            "index": number(0, integer=True),
+            "busy_utilization_percent": number(0.0, 100.0),
+            "busy_memory_bytes": number(0, integer=True),
+            "check_interval_s": number(0.05),
+            "throttle_retries": number(0, integer=True),
         },
     ),
     "evaluation": (
         EvaluationConfig,
         {
-            "phase_timeout_s": _number(1.0),
-            "startup_timeout_s": _number(1.0),
-            "interpreter_max_size": _number(1, integer=True),
+            "phase_timeout_s": number(1.0),
+            "startup_timeout_s": number(1.0),
+            "interpreter_max_size": number(1, integer=True),
             "compile_workers": _workers,
         },
     ),
@@ -286,12 +265,12 @@ _SECTIONS: dict[str, tuple[type[Any], dict[str, Check]]] = {
     "profiling": (
         ProfilingConfig,
         {
-            "enabled": _boolean,
+            "enabled": boolean,
             "ncu": _path_text,
-            "deadline_s": _number(1.0),
-            "launch_count": _number(1, integer=True),
-            "per_step": _number(0, integer=True),
-            "roofline": _boolean,
+            "deadline_s": number(1.0),
+            "launch_count": number(1, integer=True),
+            "per_step": number(0, integer=True),
+            "roofline": boolean,
             "thresholds": _thresholds,
         },
     ),
@@ -321,10 +300,10 @@ def _store_url(value: object) -> tuple[Any, str | None]:
 _TOP: dict[str, Check] = {
     "state_dir": _path,
     "store": _store_url,
-    "fleet_lease_s": _number(0.0),
+    "fleet_lease_s": number(0.0),
     "device": _choice(DEVICES),
     "policy": _policy,
-    "seed": _number(0, integer=True),
+    "seed": number(0, integer=True),
     "log_level": _choice(LOG_LEVELS),
 }
 

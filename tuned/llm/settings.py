@@ -11,11 +11,12 @@ usually need none.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tuned.config_checks import Check, boolean, number
 from tuned.errors import BadInputError
 from tuned.llm.ledger import BudgetCaps, Prices
 
@@ -98,8 +99,6 @@ def resolve_api_key(settings: LlmSettings, environ: Mapping[str, str] | None = N
 
 # -- validation of the YAML section (used by tuned.daemon.config)
 
-Check = Callable[[object], "tuple[Any, str | None]"]
-
 
 def _text(allow_empty: bool = True) -> Check:
     def check(value: object) -> tuple[Any, str | None]:
@@ -118,28 +117,6 @@ def _url(value: object) -> tuple[Any, str | None]:
     if isinstance(value, str) and value.strip().startswith(("http://", "https://")):
         return value.strip().rstrip("/"), None
     return None, "an http(s) URL of an OpenAI-compatible API, e.g. https://api.openai.com/v1"
-
-
-def _num(low: float, high: float | None = None, *, integer: bool = False) -> Check:
-    kind = "an integer" if integer else "a number"
-    allowed = f"{kind} >= {low:g}" + (f" and <= {high:g}" if high is not None else "")
-
-    def check(value: object) -> tuple[Any, str | None]:
-        ok = isinstance(value, int) if integer else isinstance(value, (int, float))
-        if isinstance(value, bool) or not ok:
-            return None, allowed
-        assert isinstance(value, (int, float))
-        if value < low or (high is not None and value > high):
-            return None, allowed
-        return (int(value) if integer else float(value)), None
-
-    return check
-
-
-def _bool(value: object) -> tuple[Any, str | None]:
-    if isinstance(value, bool):
-        return value, None
-    return None, "true or false"
 
 
 def _file(value: object) -> tuple[Any, str | None]:
@@ -196,18 +173,18 @@ def llm_checks() -> dict[str, Check]:
         "api_key_env": _text(),
         "api_key_credential": _text(),
         "api_key_file": _file,
-        "max_tokens": _num(1, integer=True),
-        "temperature": _num(0.0, 2.0),
-        "request_timeout_s": _num(1.0),
-        "retries": _num(0, 20, integer=True),
-        "backoff_s": _num(0.0),
-        "backoff_max_s": _num(0.0),
-        "history": _num(0, 50, integer=True),
+        "max_tokens": number(1, integer=True),
+        "temperature": number(0.0, 2.0),
+        "request_timeout_s": number(1.0),
+        "retries": number(0, 20, integer=True),
+        "backoff_s": number(0.0),
+        "backoff_max_s": number(0.0),
+        "history": number(0, 50, integer=True),
         "budget": _budget,
         "prices": _prices,
-        "strategy_every": _num(0, integer=True),
-        "strategy_stall": _num(0, integer=True),
-        "max_strategies": _num(0, 32, integer=True),
-        "strategy_max_tokens": _num(64, integer=True),
-        "compile_reference": _bool,
+        "strategy_every": number(0, integer=True),
+        "strategy_stall": number(0, integer=True),
+        "max_strategies": number(0, 32, integer=True),
+        "strategy_max_tokens": number(64, integer=True),
+        "compile_reference": boolean,
     }
