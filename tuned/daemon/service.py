@@ -46,6 +46,7 @@ from tuned.runtime.stale import revalidate, stale_bests
 from tuned.store.api import Store
 from tuned.store.base import fingerprint_id
 from tuned.store.claims import ClaimSettings
+from tuned.store.outbox import OutboxStore
 from tuned.store.postgres import redact
 from tuned.store.url import default_store_url, open_store, sqlite_path
 
@@ -169,7 +170,10 @@ class Daemon:
         cfg = self.config
         cfg.state_dir.mkdir(parents=True, exist_ok=True)
         url = _store_url(cfg)
-        self._store = open_store(url)
+        if sqlite_path(url) is None:  # a fleet: keep tuning into a local outbox in an outage
+            self._store = OutboxStore(url, cfg.state_dir / "outbox.sqlite")
+        else:
+            self._store = open_store(url)
         log.info("store: %s", redact(url))
         registry = CollectorRegistry()
         self._collector = StoreCollector(
