@@ -340,16 +340,7 @@ class Campaign:
         )
         if self.on_result is not None:
             self.on_result(self.spec, candidate, result, self.summary())
-        return TrialRow(
-            candidate_id=candidate.id,
-            knobs=candidate.knobs,
-            provenance=candidate.provenance,
-            strategy=candidate.strategy,
-            parent_id=candidate.parent_id,
-            source_hash="",
-            result=result,
-            wall_s=wall_s,
-        )
+        return _trial_row(candidate, result, wall_s)
 
     # -- fleet mode: claims on candidates (tuned.store.claims, docs/fleet.md)
 
@@ -669,16 +660,7 @@ class Campaign:
             self._judge(candidate, incumbent, result)
         if self.on_result is not None:
             self.on_result(self.spec, candidate, result, self.summary())
-        return TrialRow(
-            candidate_id=candidate.id,
-            knobs=candidate.knobs,
-            provenance=candidate.provenance,
-            strategy=candidate.strategy,
-            parent_id=candidate.parent_id,
-            source_hash="",
-            result=result,
-            wall_s=wall,
-        )
+        return _trial_row(candidate, result, wall)
 
     def _measure(
         self,
@@ -918,6 +900,20 @@ def _nothing_evaluated(suggestion: Suggestion) -> Trial:
         time_s=None,
         strategy=suggestion.strategy,
         parent_id=suggestion.parent_id,
+    )
+
+
+def _trial_row(candidate: Candidate, result: EvalResult, wall_s: float) -> TrialRow:
+    """The row :meth:`Store.trials` would return for ``candidate`` just recorded."""
+    return TrialRow(
+        candidate_id=candidate.id,
+        knobs=candidate.knobs,
+        provenance=candidate.provenance,
+        strategy=candidate.strategy,
+        parent_id=candidate.parent_id,
+        source_hash="",
+        result=result,
+        wall_s=wall_s,
     )
 
 
