@@ -32,7 +32,6 @@ Protocol (JSON lines, as the worker's)::
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 import time
@@ -44,7 +43,13 @@ from typing import Any
 
 from tuned.evaluation.checks import CaseFailure, short
 from tuned.evaluation.guard import Guard
-from tuned.evaluation.worker import Channel, ModuleLoader, _limit_resources
+from tuned.evaluation.worker import (
+    Channel,
+    ModuleLoader,
+    _limit_resources,
+    entry_key,
+    import_candidate,
+)
 
 __all__ = ["COMPILE_ERROR_NAMES", "CompileOnlyDriver", "main", "precompile_supported"]
 
@@ -164,21 +169,11 @@ class Precompile:
         )
 
     def run(self) -> dict[str, Any]:
-        key = hashlib.sha256(self.kernel["original_source"].encode()).hexdigest()[:16]
-        extra = self.kernel.get("extra_files", {})
-        original = self.loader.load(
-            self.kernel["original_source"], directory_key=key, extra_files=extra
-        )
+        key = entry_key(self.kernel)
         guard = self.guard()
-        try:
-            with guard:
-                module = self.loader.load(
-                    self.candidate["source"], directory_key=key, extra_files=extra
-                )
-        except Exception as exc:
-            if guard.violations:
-                raise CaseFailure("cheat", f"forbidden at import: {guard.violations[0]}") from exc
-            raise
+        original, module = import_candidate(
+            self.loader, self.kernel, self.candidate["source"], guard
+        )
         if guard.violations:
             raise CaseFailure("cheat", f"forbidden at import: {guard.violations[0]}")
         self.modules.add(module.__name__)

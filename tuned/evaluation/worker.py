@@ -208,6 +208,29 @@ class ModuleLoader:
         return module
 
 
+def entry_key(kernel: Mapping[str, Any]) -> str:
+    """The directory key of an entry's modules: its original source's hash."""
+    return hashlib.sha256(kernel["original_source"].encode()).hexdigest()[:16]
+
+
+def import_candidate(
+    loader: ModuleLoader, kernel: Mapping[str, Any], source: str, guard: Guard
+) -> tuple[ModuleType, ModuleType]:
+    """The entry's original module, then ``source`` imported under ``guard``, both from the
+    entry's own directory with its extra files. Something the guard refused at import is a
+    ``cheat``; the caller checks ``guard`` for refusals the module swallowed."""
+    key, extra = entry_key(kernel), kernel.get("extra_files", {})
+    original = loader.load(kernel["original_source"], directory_key=key, extra_files=extra)
+    try:
+        with guard:
+            module = loader.load(source, directory_key=key, extra_files=extra)
+    except Exception as exc:
+        if guard.violations:
+            raise CaseFailure("cheat", f"forbidden at import: {guard.violations[0]}") from exc
+        raise
+    return original, module
+
+
 # ----------------------------------------------------------------------------- checking
 
 
@@ -362,21 +385,10 @@ class Evaluation:
     def run(self) -> dict[str, Any]:
         import torch
 
-        key = hashlib.sha256(self.kernel["original_source"].encode()).hexdigest()[:16]
-        extra = self.kernel.get("extra_files", {})
-        original = self.loader.load(
-            self.kernel["original_source"], directory_key=key, extra_files=extra
-        )
         guard = self.guard(poison=None)
-        try:
-            with guard:
-                module = self.loader.load(
-                    self.candidate["source"], directory_key=key, extra_files=extra
-                )
-        except Exception as exc:
-            if guard.violations:
-                raise CaseFailure("cheat", f"forbidden at import: {guard.violations[0]}") from exc
-            raise
+        original, module = import_candidate(
+            self.loader, self.kernel, self.candidate["source"], guard
+        )
         self.candidate_modules.add(module.__name__)
         self.module_name = module.__name__
         self._check_guard(guard, need_launch=False)
@@ -454,7 +466,11 @@ class Evaluation:
         incumbent = None
         if self.options.get("incumbent"):
             inc = self.options["incumbent"]
-            inc_module = self.loader.load(inc["source"], directory_key=key, extra_files=extra)
+            inc_module = self.loader.load(
+                inc["source"],
+                directory_key=entry_key(self.kernel),
+                extra_files=self.kernel.get("extra_files", {}),
+            )
             self.candidate_modules.add(inc_module.__name__)
             incumbent = getattr(inc_module, self.kernel["launcher"])
         samples: dict[str, list[float]] = {}
