@@ -299,7 +299,9 @@ def run_policy(
     store = SqliteStore(work / "state" / "ktuned.sqlite")
     store.sync_kernel(spec)
     settings = evaluation_settings(smoke)
-    with WorkerClient(workdir=work / "state" / "workers" / "0", settings=settings) as client:
+    with WorkerClient(
+        workdir=work / "state" / "workers" / "0", settings=settings, spare=not smoke
+    ) as client:
         t_start = time.perf_counter()
         fid = store.record_fingerprint(client.start())
         campaign = Campaign(
@@ -314,18 +316,34 @@ def run_policy(
         startup = time.perf_counter() - t_start
         started = time.perf_counter()
         reached_at, evaluations, reached_knobs = None, 0, None
+        steps: list[dict[str, Any]] = []
         try:
             while time.perf_counter() - started < cap_s:
                 row = pipeline.step(campaign)
                 if row is None:
                     break
                 evaluations += 1
+                meta = row.result.metadata
+                steps.append(
+                    {
+                        "at_s": round(time.perf_counter() - started, 3),
+                        "knobs": dict(row.knobs),
+                        "outcome": row.result.outcome.value,
+                        "speculative_hit": bool(meta.get("speculative")),
+                        "phases": {k: round(v, 4) for k, v in row.result.phase_seconds.items()},
+                    }
+                )
                 t = serial_times.get(key(dict(row.knobs)))
                 if row.result.outcome is Outcome.OK and t is not None and t <= 1.01 * best:
                     reached_at, reached_knobs = time.perf_counter() - started, dict(row.knobs)
                     break
         finally:
+            pool_stats = {
+                "speculated": pipeline.pool.speculated,
+                "speculation_hits": pipeline.pool.speculation_hits,
+            }
             pipeline.close()
+        spare_takeovers, worker_starts = client.spare_takeovers, client.starts
         incumbent = store.best(spec.name, fid)
     store.close()
     held = None if incumbent is None else serial_times.get(key(dict(incumbent.knobs)))
@@ -336,6 +354,11 @@ def run_policy(
         "startup_s": startup,
         "incumbent_knobs": None if incumbent is None else dict(incumbent.knobs),
         "incumbent_serial_ratio": None if held is None else held / best,
+        "lookahead": PipelineSettings().lookahead,
+        "worker_starts": worker_starts,
+        "spare_takeovers": spare_takeovers,
+        **pool_stats,
+        "steps": steps,
     }
 
 
@@ -391,7 +414,20 @@ def summarize(
         if policy["reached_s"] is None
         else policy["reached_s"] / serial["wall_s"],
         "policy_evaluations": policy["evaluations"],
+        "policy_speculation_hits": policy["speculation_hits"],
+        "policy_speculated": policy["speculated"],
+        "policy_spare_takeovers": policy["spare_takeovers"],
+        "policy_worker_starts": policy["worker_starts"],
+        "policy_phase_seconds": _summed(p["phases"] for p in policy["steps"]),
     }
+
+
+def _summed(phases: Any) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for one in phases:
+        for k, v in one.items():
+            out[k] = out.get(k, 0.0) + v
+    return out
 
 
 def print_table(s: dict[str, Any], device: str) -> None:
@@ -435,6 +471,13 @@ def print_table(s: dict[str, Any], device: str) -> None:
             f"{100 * frac:.1f} % of (a)'s wall"
         )
     )
+    print(
+        f"(c) speculative compiles {s['policy_speculated']}, proposed candidates already "
+        f"compiled {s['policy_speculation_hits']}; worker starts {s['policy_worker_starts']} "
+        f"({s['policy_spare_takeovers']} by the waiting spare)"
+    )
+    phases = ", ".join(f"{k} {fmt(v)}" for k, v in sorted(s["policy_phase_seconds"].items()))
+    print(f"(c) phase seconds, summed: {phases}")
 
 
 def main(argv: list[str] | None = None) -> int:

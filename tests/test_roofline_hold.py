@@ -53,6 +53,9 @@ class ScriptedGpu:
         )
 
     def close(self) -> None:
+        pass
+
+    def fresh(self) -> None:
         self.starts += 1
 
 

@@ -8,12 +8,13 @@ result yet, and never one that has.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -330,6 +331,102 @@ class Campaign:
             self._policy.to_dict(),
         )
         self._hardware_feedback()
+
+    def likely_next(
+        self,
+        limit: int,
+        pending: Sequence[Suggestion] = (),
+        exclude: Collection[str] = (),
+    ) -> list[Candidate]:
+        """Up to ``limit`` candidates the policy is likely to propose soon, for speculative
+        compiles (:mod:`tuned.pipeline`). First what a copy of the policy proposes now,
+        with ``pending`` in flight (the real policy proposes the same unless the next
+        results change its mind; its LLM arms are left out: they cost tokens), then the
+        unevaluated one-step neighbours (one knob moved to the next or previous value of
+        its list) and twin-knob swaps of the fastest evaluated candidates. A knob move keeps
+        its parent's module, so the ids agree with the candidates proposed later.
+        ``exclude``: candidate ids not to return (in flight, or already speculated). A
+        guess, never a decision: the policy's state is not touched."""
+        if limit <= 0 or self._policy is None:
+            return []
+        trials = self._trials()
+        knobs = self._knobs(trials)
+        if not knobs:
+            return []
+        space = self._space()
+        skip = {t.candidate_id for t in trials} | set(exclude)
+        out = self._policy_guess(limit, pending, trials, space, skip)
+        if len(out) >= limit:
+            return out
+        fastest = sorted(
+            (t for t in trials if t.result.outcome is Outcome.OK and t.result.time_s),
+            key=lambda t: float(t.result.time_s or 0.0),
+        )
+        for t in fastest[:SPECULATION_PARENTS]:
+            parent = self.store.candidate(t.candidate_id, self.spec.generation)
+            if parent is None:
+                continue
+            for config in _one_step_moves(parent.knobs, knobs):
+                if not space.admits(config):
+                    continue
+                candidate = Candidate(
+                    kernel=self.spec.name,
+                    generation=self.spec.generation,
+                    source=parent.source,
+                    knobs=config,
+                    provenance=Provenance.PARAMETRIC,
+                    strategy="speculative",
+                    parent_id=parent.id,
+                )
+                if candidate.id in skip:
+                    continue
+                skip.add(candidate.id)
+                out.append(candidate)
+                if len(out) >= limit:
+                    return out
+        return out
+
+    def _policy_guess(
+        self,
+        limit: int,
+        pending: Sequence[Suggestion],
+        trials: list[TrialRow],
+        space: SearchSpace,
+        skip: set[str],
+    ) -> list[Candidate]:
+        """:meth:`likely_next`'s first part: a copy of the policy asked for a batch."""
+        assert self._policy is not None
+        policy = copy.deepcopy(self._policy)
+        # propose_batch's own seed and inputs: with no new result in between, the policy's
+        # next proposal is the guess's first.
+        rng = np.random.default_rng([self.settings.seed, len(trials), len(pending)])
+        known = self.hardware.metrics(self.spec) if self.hardware is not None else {}
+        policy_trials = [_as_policy_trial(t, known.get(t.candidate_id)) for t in trials]
+        out: list[Candidate] = []
+        try:
+            batch = propose_batch(policy, space, policy_trials, rng, limit, pending=pending)
+        except Exception:  # a guess: never let it stop the real work
+            log.debug("%s: no speculative guess", self.spec.name, exc_info=True)
+            return out
+        for suggestion in batch:
+            if llm_base_strategy(suggestion.strategy) is not None:
+                continue
+            parent = None
+            if suggestion.parent_id is not None:
+                parent = self.store.candidate(suggestion.parent_id, self.spec.generation)
+            candidate = Candidate(
+                kernel=self.spec.name,
+                generation=self.spec.generation,
+                source=self._module_source(trials) if parent is None else parent.source,
+                knobs=dict(suggestion.knobs),
+                provenance=Provenance.PARAMETRIC,
+                strategy="speculative",
+                parent_id=suggestion.parent_id,
+            )
+            if candidate.id not in skip:
+                skip.add(candidate.id)
+                out.append(candidate)
+        return out
 
     def record(self, candidate: Candidate, result: EvalResult, *, wall_s: float) -> TrialRow:
         """Record ``result`` as ``candidate``'s evaluation without running it in the worker:
@@ -720,7 +817,7 @@ class Campaign:
             if floor is not None:
                 status, first_record["held_reason"] = "held", floor
         if status == "remeasure":
-            self.client.close()  # the next evaluation starts a fresh worker
+            self.client.fresh()  # the next evaluation runs in a fresh worker
             again, _ = self._measure(candidate, incumbent, remeasure=True)
             second = _interval(again, self.acceptance, self.settings.seed + 1)
             status = "not_confirmed" if second is None else decide(first, self.acceptance, second)
@@ -868,6 +965,33 @@ def _interval(result: EvalResult, settings: AcceptanceSettings, seed: int) -> In
     if result.outcome is not Outcome.OK or not incumbent:
         return None
     return speedup_interval(samples, incumbent, np.random.default_rng(seed), settings)
+
+
+#: Parents whose neighbourhoods :meth:`Campaign.likely_next` offers (the fastest first).
+SPECULATION_PARENTS = 3
+
+
+def _one_step_moves(
+    config: Mapping[str, KnobValue], knobs: Mapping[str, Sequence[KnobValue]]
+) -> list[dict[str, KnobValue]]:
+    """Every configuration one knob step from ``config`` (next or previous value in the
+    knob's list), then those with the values of two twin knobs (the same value list)
+    exchanged."""
+    out: list[dict[str, KnobValue]] = []
+    for name, values in knobs.items():
+        if config.get(name) not in values:
+            continue
+        at = list(values).index(config[name])
+        for j in (at - 1, at + 1):
+            if 0 <= j < len(values):
+                out.append({**config, name: values[j]})
+    names = list(knobs)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            twins = list(knobs[a]) == list(knobs[b])
+            if twins and a in config and b in config and config[a] != config[b]:
+                out.append({**config, a: config[b], b: config[a]})
+    return out
 
 
 def _suggestion_payload(suggestion: Suggestion) -> dict[str, object]:

@@ -10,7 +10,18 @@ every specialization, check, time. With it::
 - The policy proposes a small batch at a time (:meth:`Campaign.propose_batch`); what is
   compiling or waiting for the GPU counts as *pending*: never proposed again, and counted as
   pulls in flight by the bandit (:func:`policies.propose_batch`).
-- Up to ``lookahead`` candidates are in flight per campaign. Each goes to the pool
+- Up to ``lookahead`` candidates are in flight per campaign (default 2: one on the GPU,
+  the next compiled and waiting). Each decision made before the results ahead of it are
+  known is a less informed one: replayed on recorded spaces (``bench/lookahead_replay.py``,
+  bench/RESULTS.md), evaluations to 99 % of the optimum grow with the look-ahead (on the
+  H100 matmul space: 26.9 at 1, 30.2 at 2, 35.9 at 4, 61.4 at 17). So the look-ahead
+  stays short, and the pool's idle processes compile *speculatively* instead: the
+  candidates the policy is likely to propose next (:meth:`Campaign.likely_next`: the
+  unevaluated neighbours of the fastest candidates), at a priority below every proposed
+  one. When the policy proposes one of them, it is compiled already
+  (:class:`~tuned.evaluation.compile_pool.CompilePool`, "speculative"), and the GPU does
+  not wait for its compile. Speculation decides nothing: it only moves compile work
+  earlier, onto processes that would be idle. Each goes to the pool
   (:class:`~tuned.evaluation.compile_pool.CompilePool`), which imports and compiles it into
   the Triton cache the GPU worker reads; a failure there (static rejection, import error,
   hang, compiler crash, compile error) is recorded as the candidate's evaluation at once.
@@ -70,17 +81,19 @@ GPU_QUEUE_PHASE = "gpu_queue"
 @dataclass(frozen=True)
 class PipelineSettings:
     """``batch_size``: suggestions asked of the policy at once. ``lookahead``: candidates in
-    flight per campaign (compiling or compiled and waiting); ``0`` means the pool's process
-    count plus two, enough to keep every process busy and the GPU fed."""
+    flight per campaign (compiling, compiled and waiting, or on the GPU); see the module
+    docstring for why it is short. ``speculate``: give idle compile processes the
+    candidates the policy is likely to propose next."""
 
     batch_size: int = 4
-    lookahead: int = 0
+    lookahead: int = 2
+    speculate: bool = True
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.lookahead < 0:
-            raise ValueError(f"lookahead must be >= 0, got {self.lookahead}")
+        if self.lookahead < 1:
+            raise ValueError(f"lookahead must be >= 1, got {self.lookahead}")
 
 
 @dataclass
@@ -106,9 +119,11 @@ class CampaignPipeline:
     ) -> None:
         self.pool = pool
         self.settings = settings or PipelineSettings()
-        self.lookahead = self.settings.lookahead or pool.workers + 2
+        self.lookahead = self.settings.lookahead
         self.interruptible = interruptible
         self._queues: dict[str, tuple[Campaign, deque[_InFlight]]] = {}
+        #: Per kernel: candidate ids given to the pool speculatively (never twice).
+        self._speculated: dict[str, set[str]] = {}
 
     def step(self, campaign: Campaign) -> TrialRow | None:
         """Evaluate the campaign's next candidate on the GPU worker (or record its failure in
@@ -144,9 +159,11 @@ class CampaignPipeline:
         """Drop a kernel's candidates in flight (its entry changed or left the registry);
         their compile jobs finish in the pool and are ignored."""
         self._queues.pop(kernel, None)
+        self._speculated.pop(kernel, None)
 
     def close(self) -> None:
         self._queues.clear()
+        self._speculated.clear()
         self.pool.close()
 
     # -- internals
@@ -173,6 +190,33 @@ class CampaignPipeline:
                 queue.append(
                     _InFlight(suggestion, candidate, self._submit(campaign.spec, candidate))
                 )
+        if self.settings.speculate:
+            self._speculate(campaign, queue, evaluating)
+
+    def _speculate(
+        self, campaign: Campaign, queue: deque[_InFlight], evaluating: _InFlight | None
+    ) -> None:
+        """Give the pool's idle processes the candidates the policy is likely to propose
+        next (each candidate once per campaign), keeping ``lookahead`` processes free for
+        the proposed ones (a speculative compile that runs cannot be pre-empted)."""
+        room = self.pool.workers - self.lookahead - self.pool.pending()
+        if room <= 0:
+            return
+        done = self._speculated.setdefault(campaign.spec.name, set())
+        if len(done) > 50_000:  # a long-lived campaign: forget (the Triton cache remembers)
+            done.clear()
+        exclude = {i.candidate.id for i in queue} | done
+        if evaluating is not None:
+            exclude.add(evaluating.candidate.id)
+        from tuned.llm.gate import gate_result
+
+        in_flight = [i.suggestion for i in queue]
+        if evaluating is not None:
+            in_flight.append(evaluating.suggestion)
+        for candidate in campaign.likely_next(room, in_flight, exclude):
+            done.add(candidate.id)
+            if gate_result(campaign.spec, candidate) is None:
+                self.pool.submit(campaign.spec, candidate, speculative=True)
 
     def _submit(self, spec: KernelSpec, candidate: Candidate) -> Future[Precompiled]:
         from tuned.llm.gate import gate_result

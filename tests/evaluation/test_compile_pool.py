@@ -207,3 +207,44 @@ def test_an_llm_written_module_meets_the_full_static_gate_before_any_process_imp
         result = pool.submit(spec, llm).result(timeout=60).result
     assert result.outcome is Outcome.REJECTED_STATIC and result.phase == "static", result
     assert result.reason.startswith("imports:"), result.reason
+
+
+def test_speculative_jobs_yield_to_proposed_ones_and_are_taken_over_when_proposed(
+    tmp_path: Path, write_entry: WriteEntry
+) -> None:
+    spec = load_entry(write_entry())
+    settings = EvaluationSettings(interpreter=True, load_timeout_s=3.0)
+    hang = _candidate(spec, (ADVERSARIAL / "hang_at_import.py").read_text())
+    s_only, t_both, r_regular = (_candidate(spec, BLOCK=b) for b in (64, 128, 256))
+    with CompilePool(
+        workdir=tmp_path / "compile",
+        cache_dir=tmp_path / "worker" / "triton-cache",
+        settings=settings,
+        workers=1,
+    ) as pool:
+        assert pool.wait_ready(60) == 1
+        blocker = pool.submit(spec, hang)  # holds the only process until its deadline
+        spec_s = pool.submit(spec, s_only, speculative=True)
+        spec_t = pool.submit(spec, t_both, speculative=True)
+        assert pool.submit(spec, t_both, speculative=True) is spec_t  # never queued twice
+        regular_r = pool.submit(spec, r_regular)
+        taken_t = pool.submit(spec, t_both)  # proposed while queued: moves to the front queue
+        assert taken_t is spec_t
+        results = {
+            name: f.result(timeout=120)
+            for name, f in [("hang", blocker), ("s", spec_s), ("t", taken_t), ("r", regular_r)]
+        }
+        assert results["hang"].result.outcome is Outcome.TIMEOUT
+        # The proposed candidates ran first, in the order proposed; the guess last.
+        assert results["r"].finished_at < results["t"].finished_at < results["s"].finished_at
+        assert all(r.ready for name, r in results.items() if name != "hang")
+
+        # Proposed after its speculative compile finished: compiled, no wait of its own.
+        again = pool.submit(spec, s_only).result(timeout=10)
+        assert again.ready and again.result.metadata.get("speculative") is True
+        assert again.result.phase_seconds[QUEUE_PHASE] == 0.0
+        assert again.result.phase_seconds[PRECOMPILE_PHASE] == 0.0
+        assert (pool.speculated, pool.speculation_hits) == (2, 1)
+        # Taken over once: a second regular submit compiles it again (a cache hit on a GPU).
+        once_more = pool.submit(spec, s_only).result(timeout=60)
+        assert once_more.result.metadata.get("speculative") is None

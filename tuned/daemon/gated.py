@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -43,19 +43,18 @@ class GatedWorkerClient(WorkerClient):
         monitor: GpuMonitor,
         retries: int,
         interruptible: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
+        spare: bool = False,
+        env: Mapping[str, str] | None = None,
     ) -> None:
-        super().__init__(workdir=workdir, settings=settings)
+        super().__init__(workdir=workdir, settings=settings, spare=spare, env=env)
         self.monitor = monitor
         self.retries = retries
         self.interruptible = interruptible
         self.discarded = 0
 
     def own_pids(self) -> set[int]:
-        """This process and the worker: their GPU use is not foreign work."""
-        pids = {os.getpid()}
-        if self._proc is not None:
-            pids.add(self._proc.pid)
-        return pids
+        """This process, the worker and its spare: their GPU use is not foreign work."""
+        return {os.getpid(), *self.pids()}
 
     def start(self) -> dict[str, str]:
         with self.interruptible():

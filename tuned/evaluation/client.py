@@ -5,6 +5,14 @@ and its own Triton cache directory. Each phase the worker announces gets its own
 one passes, the whole group is killed (``SIGKILL``) and the evaluation is recorded as
 ``timeout``. A worker that dies (abort, signal, CUDA fault) yields ``crash`` with the signal and
 the tail of its stderr; the next evaluation starts a fresh worker.
+
+With ``spare=True`` (on a GPU: the daemon and ``ktuned tune``), a second worker is started
+ahead and waits, idle, so that a fresh worker (the acceptance rule's re-measurement, or a
+restart after a crash) is there at once instead of after PyTorch's import and CUDA's
+start-up (seconds on a GPU box, per acceptance). The spare has done nothing when it takes
+over: for the candidate it measures, it is as fresh as a worker started then. Each process
+has its own directory (``workdir``, then ``workdir/spare-0`` and ``spare-1`` in turn: its
+``stderr.log`` and modules); all share the Triton cache ``workdir/triton-cache``.
 """
 
 from __future__ import annotations
@@ -137,11 +145,27 @@ class WorkerClient:
     """One worker subprocess, restarted as needed. Not thread-safe: one evaluation at a time."""
 
     def __init__(
-        self, *, workdir: Path, settings: EvaluationSettings, python: str = sys.executable
+        self,
+        *,
+        workdir: Path,
+        settings: EvaluationSettings,
+        python: str = sys.executable,
+        spare: bool = False,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.workdir = workdir
         self.settings = settings
         self.python = python
+        #: Keep a started worker waiting to take over (see the module docstring).
+        self.spare = spare
+        #: Variables set in the worker's environment over the daemon's (``CUDA_VISIBLE_DEVICES``
+        #: of the GPU this client measures on).
+        self.env = dict(env or {})
+        #: Workers that took over from the spare (the rest of ``starts`` were started cold).
+        self.spare_takeovers = 0
+        self._spare: _Child | None = None
+        self._spares_started = 0
+        self._dir = workdir  # the running worker's own directory
         self.fingerprint: dict[str, str] | None = None
         #: The GPU the worker compiles for (``worker.compile_target``); ``None`` in the
         #: interpreter. Set by :meth:`start`.
@@ -154,37 +178,98 @@ class WorkerClient:
     # -- lifecycle
 
     def start(self) -> dict[str, str]:
-        """Start a worker (if none runs) and return the software/hardware fingerprint."""
+        """Start a worker (if none runs; the spare takes over when there is one) and return
+        the software/hardware fingerprint."""
         if self._proc is not None and self._proc.poll() is None and self.fingerprint:
             return self.fingerprint
-        self.close()
+        self._stop_current()
         self.workdir.mkdir(parents=True, exist_ok=True)
+        spare, self._spare = self._spare, None
+        message = None
+        if spare is not None:
+            message = self._take(spare)
+            if message is None or message.get("type") != "ready":  # one cold start instead
+                reason = message.get("reason") if message else self._death_reason("starting")
+                log.warning("the spare worker did not start (%s); starting one now", reason)
+                self._stop_current()
+                message = None
+            else:
+                self.spare_takeovers += 1
+        if message is None:
+            message = self._take(self._spawn(self.workdir))
+        if message is None or message.get("type") != "ready":
+            reason = message.get("reason") if message else self._death_reason("starting")
+            where = self._dir / "stderr.log"
+            self._stop_current()
+            raise WorkerError(f"the evaluation worker did not start: {reason}; see {where}")
+        self.fingerprint = {str(k): str(v) for k, v in message["fingerprint"].items()}
+        self.target = message.get("target")
+        if self.spare:
+            self._start_spare()
+        return self.fingerprint
+
+    def fresh(self) -> None:
+        """Make the next evaluation run in a new worker process (the spare, if one waits)."""
+        self._stop_current()
+
+    def pids(self) -> set[int]:
+        """The worker's and the spare's process ids (their GPU use is this client's)."""
+        return {p.pid for p in (self._proc, self._spare.proc if self._spare else None) if p}
+
+    @property
+    def spare_pid(self) -> int | None:
+        """The waiting spare's process id (``None``: no spare waits)."""
+        return None if self._spare is None else self._spare.proc.pid
+
+    def close(self) -> None:
+        """Stop the worker and the spare, each with its whole process group."""
+        self._stop_current()
+        if self._spare is not None:
+            self._spare.stop()
+            self._spare = None
+
+    def _spawn(self, directory: Path) -> _Child:
+        directory.mkdir(parents=True, exist_ok=True)
         try:
-            self._proc, req_w, res_r = spawn_child(
+            proc, req_w, res_r = spawn_child(
                 self.python,
                 "tuned.evaluation.worker",
-                self.workdir,
+                directory,
                 settings=self.settings,
                 cache_dir=self.workdir / "triton-cache",
+                env=self.env,
             )
         except OSError as exc:
             raise WorkerError(f"cannot start the evaluation worker ({self.python}): {exc}") from exc
         self.starts += 1
-        self._to_worker, self._reader = req_w, _LineReader(res_r)
-        line = self._reader.read_line(self.settings.startup_timeout_s)
-        message = json.loads(line) if line else None
-        if not message or message.get("type") != "ready":
-            reason = message.get("reason") if message else self._death_reason("starting")
-            self.close()
-            raise WorkerError(
-                f"the evaluation worker did not start: {reason}; see {self.workdir / 'stderr.log'}"
-            )
-        self.fingerprint = {str(k): str(v) for k, v in message["fingerprint"].items()}
-        self.target = message.get("target")
-        return self.fingerprint
+        return _Child(proc, req_w, _LineReader(res_r), directory)
 
-    def close(self) -> None:
-        """Stop the worker and its whole process group."""
+    def _start_spare(self) -> None:
+        """Start the next spare in the directory the running worker does not use."""
+        directory = self.workdir / f"spare-{self._spares_started % 2}"
+        if directory == self._dir:
+            self._spares_started += 1
+            directory = self.workdir / f"spare-{self._spares_started % 2}"
+        self._spares_started += 1
+        try:
+            self._spare = self._spawn(directory)
+        except WorkerError as exc:
+            log.warning("no spare worker: %s", exc)
+
+    def _take(self, child: _Child) -> dict[str, Any] | None:
+        """Make ``child`` the running worker; its first message (``None``: none in time)."""
+        self._proc, self._to_worker, self._reader, self._dir = (
+            child.proc,
+            child.to_worker,
+            child.reader,
+            child.directory,
+        )
+        line = child.reader.read_line(self.settings.startup_timeout_s)
+        message: dict[str, Any] | None = json.loads(line) if line else None
+        return message
+
+    def _stop_current(self) -> None:
+        """Stop the running worker and its whole process group (the spare keeps waiting)."""
         if self._proc is not None:
             if self._proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -251,7 +336,7 @@ class WorkerClient:
             remaining = self.settings.deadline(phase) - (time.monotonic() - phase_started)
             line = self._reader.read_line(max(remaining, 0.0))
             if line is None:
-                self.close()
+                self._stop_current()
                 limit = self.settings.deadline(phase)
                 return EvalResult(
                     Outcome.TIMEOUT,
@@ -268,7 +353,7 @@ class WorkerClient:
                 continue
             if message.get("type") == "result":
                 if message.get("fatal"):
-                    self.close()
+                    self._stop_current()
                 return EvalResult.from_dict(message["result"])
 
     def _options(self) -> dict[str, Any]:
@@ -289,7 +374,7 @@ class WorkerClient:
 
     def _crashed(self, phase: str, started: float) -> EvalResult:
         reason = self._death_reason(phase)
-        self.close()
+        self._stop_current()
         return EvalResult(
             Outcome.CRASH,
             phase=phase,
@@ -310,8 +395,27 @@ class WorkerClient:
             how = f"was killed by {signal.Signals(-code).name}"
         else:
             how = f"exited with status {code}"
-        tail = _tail(self.workdir / "stderr.log")
+        tail = _tail(self._dir / "stderr.log")
         return f"the worker {how} during {phase}" + (f"; stderr ends: {tail}" if tail else "")
+
+
+@dataclass
+class _Child:
+    """A started worker process: the running one, or the spare waiting to take over."""
+
+    proc: subprocess.Popen[bytes]
+    to_worker: int
+    reader: _LineReader
+    directory: Path
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        for fd in (self.to_worker, self.reader.fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def spawn_child(
@@ -321,16 +425,18 @@ def spawn_child(
     *,
     settings: EvaluationSettings,
     cache_dir: Path,
+    env: Mapping[str, str] | None = None,
 ) -> tuple[subprocess.Popen[bytes], int, int]:
     """Start ``python -m module REQUEST_FD ANSWER_FD workdir/modules`` isolated: its own
     session and process group (killed as a whole), the scrubbed environment of
     :func:`worker_environment` with ``cache_dir`` as its Triton cache, stdout and stderr to
-    ``workdir/stderr.log``. Returns the process, the fd to write requests to and the fd to
-    read answers from. Raises ``OSError`` (with nothing left open) when it cannot start."""
+    ``workdir/stderr.log``; ``env`` is set over the inherited environment (a GPU's
+    ``CUDA_VISIBLE_DEVICES``). Returns the process, the fd to write requests to and the fd
+    to read answers from. Raises ``OSError`` (with nothing left open) when it cannot start."""
     req_r, req_w = os.pipe()
     res_r, res_w = os.pipe()
-    env = worker_environment(
-        os.environ,
+    child_env = worker_environment(
+        {**os.environ, **(env or {})},
         interpreter=settings.interpreter,
         cache_dir=cache_dir,
         memory_limit=settings.memory_limit_bytes,
@@ -342,7 +448,7 @@ def spawn_child(
                 stdin=subprocess.DEVNULL,
                 stdout=stderr,
                 stderr=stderr,
-                env=env,
+                env=child_env,
                 pass_fds=(req_r, res_w),
                 start_new_session=True,
                 cwd=workdir,

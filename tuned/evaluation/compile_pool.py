@@ -20,6 +20,15 @@ environment and the guard around candidate code. A job's phases have the worker'
 (``load_timeout_s``, then ``compile_timeout_s``), enforced from here by killing the process
 group; a dead or killed process is replaced by a fresh one for the next job.
 
+*Speculative* jobs (``submit(..., speculative=True)``: candidates the policy is likely to
+propose soon, :meth:`tuned.campaign.Campaign.likely_next`) use processes nothing else needs:
+a process takes one only when no regular job is queued. When the policy does propose one,
+its regular ``submit`` takes the speculative job over (moved to the front queue if it has
+not started; its result, with no queue or compile time of its own, if it is done), so the
+GPU worker gets a candidate that is already compiled. Speculation changes which work is
+done early, never a result: a compile failure found speculatively is the candidate's
+failure when it is proposed, as it would have been.
+
 Thread model: :meth:`CompilePool.submit` may be called from any thread; one dispatcher
 thread owns the processes.
 """
@@ -37,7 +46,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -55,6 +64,10 @@ log = logging.getLogger(__name__)
 
 #: Phases a pooled evaluation adds to ``EvalResult.phase_seconds``.
 QUEUE_PHASE, PRECOMPILE_PHASE = "compile_queue", "precompile"
+
+#: Speculative jobs remembered (by candidate id) for a later regular submit to take over;
+#: the oldest beyond this are forgotten (their binaries stay in the Triton cache).
+SPECULATION_MEMORY = 1024
 
 
 def default_compile_workers() -> int:
@@ -164,8 +177,13 @@ class CompilePool:
         self.starts = 0
         self.crashes = 0
         self.timeouts = 0
+        #: Speculative jobs submitted, and those a regular submit took over.
+        self.speculated = 0
+        self.speculation_hits = 0
         self._slots = [_Slot(i, workdir / str(i)) for i in range(self.workers)]
         self._queue: deque[_Job] = deque()
+        self._spec_queue: deque[_Job] = deque()
+        self._speculative: OrderedDict[str, _Job] = OrderedDict()
         self._lock = threading.RLock()
         self._wake_r, self._wake_w = os.pipe()
         self._closed = False
@@ -176,11 +194,24 @@ class CompilePool:
     # -- public
 
     def submit(
-        self, spec: KernelSpec, candidate: Candidate, *, derived_skip: Sequence[str] = ()
+        self,
+        spec: KernelSpec,
+        candidate: Candidate,
+        *,
+        derived_skip: Sequence[str] = (),
+        speculative: bool = False,
     ) -> Future[Precompiled]:
-        """Queue ``candidate`` for compilation; the future always completes (never raises)."""
-        future: Future[Precompiled] = Future()
+        """Queue ``candidate`` for compilation; the future always completes (never raises).
+
+        ``speculative``: compile it only on a process no regular job needs (see the module
+        docstring); a later regular submit of the same candidate takes the job over."""
         now = time.monotonic()
+        with self._lock:
+            taken = self._take_over(candidate.id, now, speculative)
+        if taken is not None:
+            self._wake()
+            return taken
+        future: Future[Precompiled] = Future()
         rejection = candidate_check(spec, candidate)
         if rejection:
             result = EvalResult(
@@ -203,11 +234,58 @@ class CompilePool:
             "target": None if self.target is None else self.target.to_dict(),
             "derived_skip": list(derived_skip),
         }
+        job = _Job(candidate, request, future, now)
         with self._lock:
             if self._closed:
                 raise RuntimeError("the compile pool is closed")
-            self._queue.append(_Job(candidate, request, future, now))
+            if speculative:
+                self.speculated += 1
+                self._spec_queue.append(job)
+                self._speculative[candidate.id] = job
+                while len(self._speculative) > SPECULATION_MEMORY:
+                    _, old = self._speculative.popitem(last=False)
+                    if old in self._spec_queue:  # never started: nobody waits for it
+                        self._spec_queue.remove(old)
+                        old.future.cancel()
+            else:
+                self._queue.append(job)
         self._wake()
+        return future
+
+    def _take_over(
+        self, candidate_id: str, now: float, speculative: bool
+    ) -> Future[Precompiled] | None:
+        """The future of a speculative job of ``candidate_id``, if there is one (with the
+        lock held). A regular submit takes the job over: queued, it moves to the front
+        queue; done, its result comes back stamped as compiled with no wait."""
+        job = self._speculative.get(candidate_id)
+        if job is None:
+            return None
+        if speculative:
+            return job.future
+        del self._speculative[candidate_id]
+        if job in self._spec_queue:
+            self._spec_queue.remove(job)
+            job.submitted = now
+            self._queue.append(job)
+            return job.future
+        if not job.future.done():  # compiling now
+            return job.future
+        self.speculation_hits += 1
+        done = job.future.result()
+        result = EvalResult.from_dict(
+            {
+                **done.result.to_dict(),
+                "metadata": {**done.result.metadata, "speculative": True},
+                "phase_seconds": {
+                    **done.result.phase_seconds,
+                    QUEUE_PHASE: 0.0,
+                    PRECOMPILE_PHASE: 0.0,
+                },
+            }
+        )
+        future: Future[Precompiled] = Future()
+        future.set_result(Precompiled(candidate_id, result, now))
         return future
 
     def wait_ready(self, timeout: float) -> int:
@@ -224,7 +302,8 @@ class CompilePool:
     def pending(self) -> int:
         """Jobs queued or compiling."""
         with self._lock:
-            return len(self._queue) + sum(1 for s in self._slots if s.job is not None)
+            queued = len(self._queue) + len(self._spec_queue)
+            return queued + sum(1 for s in self._slots if s.job is not None)
 
     def close(self) -> None:
         """Stop every process (killing its group); unfinished futures complete as not
@@ -240,8 +319,9 @@ class CompilePool:
                 self._finish(slot.job, _not_precompiled("the compile pool was closed"))
                 slot.job = None
             self._stop(slot)
-        while self._queue:
-            self._finish(self._queue.popleft(), _not_precompiled("the compile pool was closed"))
+        for queue in (self._queue, self._spec_queue):
+            while queue:
+                self._finish(queue.popleft(), _not_precompiled("the compile pool was closed"))
         for fd in (self._wake_r, self._wake_w):
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -281,8 +361,8 @@ class CompilePool:
         for slot in self._slots:
             if slot.proc is None and slot.failures < 3:
                 self._start(slot)
-            if slot.ready and slot.job is None and self._queue:
-                self._send(slot, self._queue.popleft())
+            if slot.ready and slot.job is None and (self._queue or self._spec_queue):
+                self._send(slot, (self._queue or self._spec_queue).popleft())
 
     def _start(self, slot: _Slot) -> bool:
         slot.workdir.mkdir(parents=True, exist_ok=True)
@@ -403,8 +483,9 @@ class CompilePool:
         log.warning("compile process %d %s (see %s)", slot.index, why, slot.workdir / "stderr.log")
         if all(s.failures >= 3 for s in self._slots):
             with self._lock:
-                jobs = list(self._queue)
+                jobs = [*self._queue, *self._spec_queue]
                 self._queue.clear()
+                self._spec_queue.clear()
             for job in jobs:
                 self._finish(job, _not_precompiled(f"no compile process could start ({why})"))
 

@@ -97,7 +97,10 @@ class ReplayClient(WorkerClient):
         return self.fingerprint
 
     def close(self) -> None:
-        """Nothing to stop; a re-measurement after it simply draws again."""
+        """Nothing to stop."""
+
+    def fresh(self) -> None:
+        """Nothing to restart; a re-measurement simply draws again."""
 
     def _read(self) -> RecordedCache:
         path = self.source.cache

@@ -1,0 +1,112 @@
+"""The spare worker: a fresh worker without waiting for one to start, and per-client env."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ADD_SOURCE, WriteEntry
+from tuned.evaluation import EvaluationSettings, WorkerClient
+from tuned.outcomes import Candidate, Outcome, Provenance
+from tuned.registry import load_entry
+from tuned.registry.spec import KernelSpec
+
+
+def _candidate(spec: KernelSpec, source: str, block: int) -> Candidate:
+    return Candidate(
+        kernel=spec.name,
+        generation=spec.generation,
+        source=source,
+        knobs={"BLOCK": block},
+        provenance=Provenance.PARAMETRIC,
+        strategy="test",
+    )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return (
+        Path(f"/proc/{pid}").exists()
+        and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
+    )
+
+
+def test_a_fresh_worker_is_the_waiting_spare_and_a_new_spare_follows(
+    tmp_path: Path, write_entry: WriteEntry
+) -> None:
+    spec = load_entry(write_entry())
+    settings = EvaluationSettings(interpreter=True)
+    good = _candidate(spec, spec.module_source, 128)
+    aborts = _candidate(spec, ADD_SOURCE + "\nimport os\nos.abort()\n", 128)
+    client = WorkerClient(workdir=tmp_path / "w", settings=settings, spare=True)
+    try:
+        client.start()
+        first = client.pids()
+        assert len(first) == 2  # the worker and its spare
+        assert client.evaluate(spec, good).outcome is Outcome.OK
+
+        spare = client.spare_pid
+        assert spare in first
+        client.fresh()  # what the acceptance rule does before a re-measurement
+        assert client.pids() == {spare}  # only the spare is left
+        assert client.evaluate(spec, good).outcome is Outcome.OK  # measured by the spare
+        assert client.spare_takeovers == 1
+        now = client.pids()
+        second_spare = client.spare_pid
+        assert now == {spare, second_spare} and second_spare != spare  # a new spare waits
+
+        # A crash: the next evaluation runs in the spare, not in a cold start.
+        crash = client.evaluate(spec, aborts)
+        assert crash.outcome is Outcome.CRASH, crash
+        assert client.evaluate(spec, good).outcome is Outcome.OK
+        assert second_spare in client.pids() and client.spare_takeovers == 2
+        # Each process wrote its own stderr log.
+        assert (tmp_path / "w" / "spare-0" / "stderr.log").exists()
+        assert (tmp_path / "w" / "spare-1" / "stderr.log").exists()
+        everyone = first | now | client.pids()
+    finally:
+        client.close()
+    assert client.pids() == set()
+    assert not any(_alive(p) for p in everyone)
+
+
+def test_a_spare_that_cannot_start_falls_back_to_a_cold_start(
+    tmp_path: Path, write_entry: WriteEntry
+) -> None:
+    spec = load_entry(write_entry())
+    client = WorkerClient(
+        workdir=tmp_path / "w", settings=EvaluationSettings(interpreter=True), spare=True
+    )
+    try:
+        client.start()
+        assert client.spare_pid is not None
+        os.kill(client.spare_pid, 9)  # the spare dies while waiting
+        client.fresh()
+        result = client.evaluate(spec, _candidate(spec, spec.module_source, 256))
+        assert result.outcome is Outcome.OK, result.reason
+        # first, spare (dead), the cold start instead, and its own new spare
+        assert client.spare_takeovers == 0 and client.starts == 4
+        assert client.spare_pid is not None and len(client.pids()) == 2
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("device", ["3"])
+def test_a_client_pins_its_worker_with_its_own_environment(tmp_path: Path, device: str) -> None:
+    client = WorkerClient(
+        workdir=tmp_path / "w",
+        settings=EvaluationSettings(interpreter=True),
+        env={"CUDA_VISIBLE_DEVICES": device},
+    )
+    try:
+        client.start()
+        (pid,) = client.pids()
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        assert f"CUDA_VISIBLE_DEVICES={device}".encode() in environ
+    finally:
+        client.close()
