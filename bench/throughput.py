@@ -286,6 +286,27 @@ def run_pipelined(
 # ----------------------------------------------------------------------------- (c) policy
 
 
+class RecordingClient(WorkerClient):
+    """The worker client, recording each evaluation's wall and whether it was the first in
+    a new worker process (the acceptance rule's re-measurements, restarts)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.calls: list[dict[str, Any]] = []
+
+    def evaluate(self, *args: Any, **kwargs: Any) -> Any:
+        starts, t0 = self.starts, time.perf_counter()
+        result = super().evaluate(*args, **kwargs)
+        self.calls.append(
+            {
+                "wall_s": round(time.perf_counter() - t0, 4),
+                "new_process": self.starts != starts,
+                "phases": {k: round(v, 4) for k, v in result.phase_seconds.items()},
+            }
+        )
+        return result
+
+
 def run_policy(
     spec: KernelSpec,
     serial_times: dict[str, float],
@@ -299,7 +320,7 @@ def run_policy(
     store = SqliteStore(work / "state" / "ktuned.sqlite")
     store.sync_kernel(spec)
     settings = evaluation_settings(smoke)
-    with WorkerClient(
+    with RecordingClient(
         workdir=work / "state" / "workers" / "0", settings=settings, spare=not smoke
     ) as client:
         t_start = time.perf_counter()
@@ -359,6 +380,7 @@ def run_policy(
         "spare_takeovers": spare_takeovers,
         **pool_stats,
         "steps": steps,
+        "worker_calls": client.calls,
     }
 
 
@@ -419,6 +441,11 @@ def summarize(
         "policy_spare_takeovers": policy["spare_takeovers"],
         "policy_worker_starts": policy["worker_starts"],
         "policy_phase_seconds": _summed(p["phases"] for p in policy["steps"]),
+        "policy_worker_calls": len(policy["worker_calls"]),
+        "policy_worker_s": sum(c["wall_s"] for c in policy["worker_calls"]),
+        "policy_new_process_calls": [
+            c["wall_s"] for c in policy["worker_calls"] if c["new_process"]
+        ],
     }
 
 
@@ -478,6 +505,11 @@ def print_table(s: dict[str, Any], device: str) -> None:
     )
     phases = ", ".join(f"{k} {fmt(v)}" for k, v in sorted(s["policy_phase_seconds"].items()))
     print(f"(c) phase seconds, summed: {phases}")
+    fresh = s["policy_new_process_calls"]
+    print(
+        f"(c) worker calls {s['policy_worker_calls']} ({fmt(s['policy_worker_s'])}); "
+        f"first in a new process: {len(fresh)} ({', '.join(fmt(w) for w in fresh)})"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
