@@ -164,6 +164,7 @@ class WorkerClient:
         #: Workers that took over from the spare (the rest of ``starts`` were started cold).
         self.spare_takeovers = 0
         self._spare: _Child | None = None
+        self._dying: list[subprocess.Popen[bytes]] = []  # killed by fresh(), not reaped yet
         self._spares_started = 0
         self._dir = workdir  # the running worker's own directory
         self.fingerprint: dict[str, str] | None = None
@@ -209,8 +210,17 @@ class WorkerClient:
         return self.fingerprint
 
     def fresh(self) -> None:
-        """Make the next evaluation run in a new worker process (the spare, if one waits)."""
+        """Make the next evaluation run in a new worker process (the spare, if one waits).
+
+        The old worker's group is killed at once but reaped later: a CUDA process takes
+        a second or two to exit, and the spare need not wait for that."""
+        if self._proc is not None and self._proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            self._dying.append(self._proc)
+            self._proc = None
         self._stop_current()
+        self._dying = [p for p in self._dying if p.poll() is None]
 
     def pids(self) -> set[int]:
         """The worker's and the spare's process ids (their GPU use is this client's)."""
@@ -227,6 +237,9 @@ class WorkerClient:
         if self._spare is not None:
             self._spare.stop()
             self._spare = None
+        for proc in self._dying:
+            proc.wait()
+        self._dying = []
 
     def _spawn(self, directory: Path) -> _Child:
         directory.mkdir(parents=True, exist_ok=True)
