@@ -111,6 +111,14 @@ def build_parser() -> argparse.ArgumentParser:
         "on a GPU, 0 in the interpreter)",
     )
     state_dir(tune)
+    tune.add_argument(
+        "--store",
+        default=None,
+        metavar="URL",
+        help="write this store instead of the state directory's: sqlite:///ABS/PATH.sqlite "
+        "or postgresql://USER:PASSWORD@HOST:PORT/DATABASE (a fleet: each candidate is "
+        "claimed, so runs on several boxes share the work; docs/fleet.md)",
+    )
 
     status = sub.add_parser("status", help="kernels in the store, their best and their state")
     state_dir(status)
@@ -165,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--config", type=Path, default=None, help="the daemon's YAML configuration (its caps)"
     )
     state_dir(budget)
+    store_url(budget)
     return parser
 
 
@@ -227,14 +236,19 @@ def _open_store(args: argparse.Namespace) -> tuple[Store, Path]:
 def _tune(args: argparse.Namespace) -> int:
     from tuned.pipeline import compile_workers_for
     from tuned.registry import format_problems
-    from tuned.tuning import detect_interpreter, tune_registry
+    from tuned.tuning import detect_interpreter, tune_claims, tune_registry
 
     if not args.path.exists():
         raise BadInputError(
             f"{args.path} does not exist; give a registry directory, an entry "
             "directory or a kernel.yaml"
         )
-    store, state = _open_sqlite(args)
+    fleet = False
+    if args.store:
+        from tuned.store.url import sqlite_path
+
+        fleet = sqlite_path(args.store) is None  # checks the URL first: bad input exits 2
+    store, state = _open_store(args)
     interpreter = detect_interpreter(args.device)
     t = args.phase_timeout
     evaluation = EvaluationSettings(
@@ -260,21 +274,24 @@ def _tune(args: argparse.Namespace) -> int:
             evaluation=evaluation,
             on_start=on_start,
             compile_workers=compile_workers_for(args.compile_workers, interpreter=interpreter),
+            # A fleet's store: claim each candidate, so runs on other boxes share the work.
+            claims=tune_claims(evaluation) if fleet else None,
         )
     finally:
         if progress:
             progress[0].close()
+        location = store.location
         store.close()
     if report.problems:
         print(f"Skipped invalid entries:\n{format_problems(report.problems)}\n")
     fp = report.fingerprint
     device = "CPU, Triton interpreter" if fp.get("mode") == "interpreter" else fp.get("gpu_model")
     if fp.get("mode") == "replay":  # only replay entries: nothing ran here
-        print(f"Device: none, replayed measurements of {device}; store: {state / 'ktuned.sqlite'}")
+        print(f"Device: none, replayed measurements of {device}; store: {location}")
     else:
         print(
             f"Device: {device}; triton {fp.get('triton')}, torch {fp.get('torch')}; "
-            f"store: {state / 'ktuned.sqlite'}"
+            f"store: {location}"
         )
     print(summary_table(report.summaries))
     return EXIT_OK
@@ -426,10 +443,19 @@ def _export(args: argparse.Namespace) -> int:
 def _budget(args: argparse.Namespace) -> int:
     from tuned.daemon import DaemonConfig, load_config
     from tuned.llm.budget import budget_report
+    from tuned.store.url import default_store_url, sqlite_path
 
     config = load_config(args.config) if args.config else DaemonConfig()
     state = args.state_dir or config.state_dir
-    print(budget_report(state / "ktuned.sqlite", config.llm, source=config.source), end="")
+    url = args.store or config.store or default_store_url(state)
+    local = sqlite_path(url)  # a fleet's PostgreSQL store: its shared ledger, this box's log
+    report = budget_report(
+        local or state / "ktuned-llm.sqlite",
+        config.llm,
+        source=config.source,
+        ledger_url=None if local else url,
+    )
+    print(report, end="")
     return EXIT_OK
 
 

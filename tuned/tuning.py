@@ -4,6 +4,11 @@ Scan the registry (invalid entries are recorded and reported, the rest go on), r
 valid entry's generation, start one evaluation worker (when a Triton entry needs one; a
 replay entry gets its own :class:`~tuned.evaluation.replay.ReplayClient`), then run each
 kernel's campaign in turn.
+
+The store is any :class:`~tuned.store.Store`: the state directory's SQLite file, or a fleet's
+PostgreSQL database (``ktuned tune --store URL``). There, each candidate is claimed before it
+is evaluated (:mod:`tuned.store.claims`), so tuning runs on several boxes, and daemons, share
+the work without evaluating a candidate twice for one fingerprint.
 """
 
 from __future__ import annotations
@@ -19,9 +24,16 @@ from tuned.errors import BadInputError
 from tuned.evaluation.client import EvaluationSettings, WorkerClient
 from tuned.evaluation.replay import ReplayClient
 from tuned.registry import KernelSpec, Problem, scan_registry
-from tuned.store.sqlite import SqliteStore
+from tuned.store.api import Store
+from tuned.store.claims import ClaimSettings
 
-__all__ = ["TuneReport", "default_state_dir", "detect_interpreter", "tune_registry"]
+__all__ = [
+    "TuneReport",
+    "default_state_dir",
+    "detect_interpreter",
+    "tune_claims",
+    "tune_registry",
+]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +65,16 @@ def detect_interpreter(device: str) -> bool:
     return True
 
 
+def tune_claims(evaluation: EvaluationSettings) -> ClaimSettings:
+    """How a bounded run claims candidates on a shared store: a lease longer than one
+    evaluation may take (a worker start, then each phase's deadline, twice: a new best is
+    re-measured), and waiting for other processes' claims at most one lease."""
+    e = evaluation
+    phases = e.compile_timeout_s + e.correctness_timeout_s + e.benchmark_timeout_s
+    lease = 2 * (e.startup_timeout_s + phases + 60.0)
+    return ClaimSettings(lease_s=lease, poll_s=1.0, max_wait_s=lease)
+
+
 @dataclass
 class TuneReport:
     summaries: list[CampaignSummary]
@@ -63,18 +85,21 @@ class TuneReport:
 def tune_registry(
     path: Path,
     *,
-    store: SqliteStore,
+    store: Store,
     state_dir: Path,
     settings: TuneSettings,
     evaluation: EvaluationSettings,
     on_start: Callable[[int], OnResult | None] | None = None,
     compile_workers: int = 0,
+    claims: ClaimSettings | None = None,
 ) -> TuneReport:
     """Tune every valid entry under ``path`` (a registry directory or one entry).
 
     ``on_start(total_evaluations)`` is called once the work is known and may return a
     per-evaluation callback (the progress bar). ``compile_workers > 0``: Triton entries are
     evaluated through a compile pool of that many processes (:mod:`tuned.pipeline`).
+    ``claims``: claim each candidate before evaluating it (a store shared with other
+    processes, see :func:`tune_claims`); ``None``: this run is the store's only writer.
     """
     scan = scan_registry(path)
     for directory, problems in scan.invalid.items():
@@ -96,7 +121,11 @@ def tune_registry(
             log.info("%s: %s", spec.name, notice)
     # One worker for the Triton entries (started only if there is one), and one replay
     # client per replay entry: each with its own fingerprint (replays record their device).
-    with WorkerClient(workdir=state_dir / "workers" / "0", settings=evaluation) as client:
+    with WorkerClient(
+        workdir=state_dir / "workers" / "0",
+        settings=evaluation,
+        spare=not evaluation.interpreter,  # a re-measurement need not wait for a start
+    ) as client:
         fingerprint: dict[str, str] = {}
         campaigns = []
         for spec in specs:
@@ -106,7 +135,14 @@ def tune_registry(
                 fingerprint = started  # the worker's, else the first replay's
             fid = store.record_fingerprint(started)
             campaigns.append(
-                Campaign(spec=spec, store=store, client=own, fingerprint=fid, settings=settings)
+                Campaign(
+                    spec=spec,
+                    store=store,
+                    client=own,
+                    fingerprint=fid,
+                    settings=settings,
+                    claims=claims,
+                )
             )
         callback = on_start(sum(c.remaining() for c in campaigns)) if on_start else None
         pipeline = None

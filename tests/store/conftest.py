@@ -13,16 +13,21 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import WriteEntry
+from tests.conftest import ADD_SOURCE, ADD_YAML, WriteEntry
+from tests.daemon.conftest import NotifySocket, free_port
 from tuned.registry import KernelSpec, load_entry
 from tuned.store import Store, open_store
 
@@ -180,3 +185,98 @@ def open_any(store_url: str) -> Iterator[StoreFactory]:
 def spec(write_entry: WriteEntry) -> KernelSpec:
     """The tiny ``add`` entry of tests/conftest.py."""
     return load_entry(write_entry("add"))
+
+
+# -- fleet daemons on a real (slow) kernel: claim release at SIGTERM, lease renewal
+
+#: The ``add`` kernel whose launcher sleeps once per knob configuration in each process:
+#: every evaluation takes at least that long (in the worker, as a slow kernel would).
+SLOW_ADD_SOURCE = ADD_SOURCE.replace(
+    "def add(x, y, BLOCK=256, num_warps=4):\n",
+    "import time\n\nSLEEP_S = {slow}\n_SLEPT = set()\n\n\n"
+    "def add(x, y, BLOCK=256, num_warps=4):\n"
+    "    if (BLOCK, num_warps) not in _SLEPT:\n"
+    "        _SLEPT.add((BLOCK, num_warps))\n"
+    "        time.sleep(SLEEP_S.get(BLOCK, {default}))\n",
+)
+
+
+@dataclass
+class FleetDaemon:
+    """A ``ktuned run`` process of a fleet test, with its notify socket and log."""
+
+    proc: subprocess.Popen[bytes]
+    notify: NotifySocket
+    log: Path
+    state: Path
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = 180.0) -> None:
+        """Wait for READY=1; fail at once, with the daemon's log, if it exits first."""
+        deadline = time.monotonic() + timeout
+        while not any(m.get("READY") == "1" for m in self.notify.messages):
+            assert self.proc.poll() is None, self.output()
+            assert time.monotonic() < deadline, f"no READY=1 in {timeout} s:\n{self.output()}"
+            self.notify.drain(0.1)
+
+
+StartFleetDaemon = Callable[..., FleetDaemon]
+
+
+@pytest.fixture
+def start_fleet(tmp_path: Path) -> Iterator[StartFleetDaemon]:
+    """Starts ``ktuned run`` daemons on one registry holding the slow ``add`` kernel:
+    ``slow`` maps a BLOCK value to its evaluation's sleep (seconds), ``default_s`` the rest.
+    Every daemon still running after the test is killed."""
+    started: list[FleetDaemon] = []
+    registry = tmp_path / "registry"
+
+    def run(
+        url: str,
+        name: str,
+        *,
+        lease_s: float,
+        slow: dict[int, float],
+        default_s: float = 1.0,
+    ) -> FleetDaemon:
+        entry = registry / "add"
+        if not entry.exists():
+            entry.mkdir(parents=True)
+            (entry / "add.py").write_text(
+                SLOW_ADD_SOURCE.format(slow=repr(slow), default=repr(default_s))
+            )
+            (entry / "kernel.yaml").write_text(ADD_YAML.format(name="add"))
+        state = tmp_path / name
+        config = tmp_path / f"{name}.yaml"
+        config.write_text(
+            f"state_dir: {state}\ndevice: interpreter\nstore: {url}\n"
+            f"fleet_lease_s: {lease_s}\n"
+            f"registry: {{path: {registry}, poll_interval_s: 5}}\n"
+            "scheduler: {converge_after: 100000}\n"
+            f'metrics: {{listen: "127.0.0.1:{free_port()}"}}\n'
+        )
+        notify = NotifySocket(tmp_path / f"{name}.sock")
+        log = tmp_path / f"{name}.log"
+        root = Path(__file__).resolve().parents[2]
+        env = {**os.environ, "PYTHONPATH": str(root), "NOTIFY_SOCKET": str(notify.path)}
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "tuned.cli", "run", "--config", str(config)],
+                env=env,
+                cwd=root,
+                stdout=out,
+                stderr=out,
+                start_new_session=True,
+            )
+        daemon = FleetDaemon(proc, notify, log, state)
+        started.append(daemon)
+        return daemon
+
+    yield run
+    for d in started:
+        if d.proc.poll() is None:
+            os.killpg(d.proc.pid, signal.SIGKILL)
+            d.proc.wait()
+        d.notify.close()

@@ -136,9 +136,11 @@ class DaemonConfig:
     #: Store URL (docs/fleet.md): "" is ``sqlite:///<state_dir>/ktuned.sqlite``; a
     #: ``postgresql://`` URL shares results and claims work with every daemon using it.
     store: str = ""
-    #: Fleet mode: seconds a claim on a candidate holds without a result before another
-    #: daemon takes it over (docs/fleet.md); 0: the daemon's evaluation bound.
-    fleet_lease_s: float = 0.0
+    #: Fleet mode: seconds a claim on a candidate holds without a result or a renewal before
+    #: another daemon takes it over (docs/fleet.md). A live daemon renews its claims every
+    #: lease/3, so this is how long a dead box's work waits, not a bound on an evaluation;
+    #: 0: the daemon's evaluation bound (the pre-renewal default: safe, but slow takeovers).
+    fleet_lease_s: float = 90.0
     device: str = "auto"
     policy: str = DEFAULT_POLICY
     seed: int = 0

@@ -45,9 +45,9 @@ from tuned.registry import KernelSpec, format_problems
 from tuned.runtime.stale import revalidate, stale_bests
 from tuned.store.api import Store
 from tuned.store.base import fingerprint_id
-from tuned.store.claims import ClaimSettings
+from tuned.store.claims import ClaimSettings, LeaseRenewer
 from tuned.store.outbox import OutboxStore
-from tuned.store.postgres import redact
+from tuned.store.postgres import PostgresStore, redact
 from tuned.store.url import default_store_url, open_store, sqlite_path
 
 __all__ = ["Daemon", "MonitorFactory"]
@@ -137,6 +137,8 @@ class Daemon:
         self._store: Store | None = None
         #: Fleet mode (a PostgreSQL store): how campaigns claim candidates; None otherwise.
         self._claims: ClaimSettings | None = None
+        #: Fleet mode: the thread renewing this daemon's claims (docs/fleet.md).
+        self._renewer: LeaseRenewer | None = None
         #: Kernels whose open work other daemons hold -> when to pick them again.
         self._fleet_waits: dict[str, float] = {}
         self._client: GatedWorkerClient | None = None
@@ -171,7 +173,11 @@ class Daemon:
         cfg.state_dir.mkdir(parents=True, exist_ok=True)
         url = _store_url(cfg)
         if sqlite_path(url) is None:  # a fleet: keep tuning into a local outbox in an outage
-            self._store = OutboxStore(url, cfg.state_dir / "outbox.sqlite")
+            self._store = OutboxStore(
+                url,
+                cfg.state_dir / "outbox.sqlite",
+                on_change=lambda n: self.live.update(outbox_rows=n),
+            )
         else:
             self._store = open_store(url)
         log.info("store: %s", redact(url))
@@ -201,6 +207,7 @@ class Daemon:
             monitor=self._monitor,
             retries=cfg.gpu.throttle_retries,
             interruptible=self.signals.interruptible,
+            spare=not interpreter,  # a re-measurement need not wait for a worker's start
         )
         self._hardware = self._new_hardware(interpreter)
         with self.watchdog.busy(cfg.evaluation.startup_timeout_s):
@@ -223,11 +230,26 @@ class Daemon:
                 poll_s=1.0,
                 max_wait_s=FLEET_WAIT_S,
             )
+            # Renewed every lease/3 from a thread with its own connection, so a claim of this
+            # daemon never expires while it lives, however long an evaluation takes.
+            self._renewer = LeaseRenewer(
+                lambda: PostgresStore(url, connect_timeout_s=5.0),
+                owner=self._claims.owner,
+                lease_s=self._claims.lease_s,
+            ).start()
             log.info(
-                "fleet mode: claims as %s, lease %.0f s", self._claims.owner, self._claims.lease_s
+                "fleet mode: claims as %s, lease %.0f s, renewed every %.0f s",
+                self._claims.owner,
+                self._claims.lease_s,
+                self._renewer.interval_s,
             )
         self._scan(settle=True)
-        self.server.check_answers()
+        if isinstance(self._store, OutboxStore) and self._store.offline:
+            # /metrics reads the database: it answers once the database is back; tuning
+            # goes on into the outbox meanwhile (docs/fleet.md).
+            log.warning("not checking /metrics now: it reads the unreachable store")
+        else:
+            self.server.check_answers()
         self.live.update(daemon_state="idle")
         self.notifier.ready(self._status_line())
         log.info("ready: %s", self._status_line())
@@ -240,6 +262,15 @@ class Daemon:
             self._pipeline.close()  # kills every compile process's group
         if self._client is not None:
             self._client.close()  # kills the worker's process group
+        if self._renewer is not None:
+            self._renewer.stop()
+        if self._claims is not None and self._store is not None:
+            # Expire this daemon's open claims now: other daemons take that work over at
+            # their next step instead of waiting out the lease (offline: the outbox's own).
+            with contextlib.suppress(TunedError):
+                released = self._store.release_owner(self._claims.owner)
+                if released:
+                    log.info("released %d open claim(s) to the other daemons", released)
         if self.server is not None:
             self.server.stop()
         if self._collector is not None:

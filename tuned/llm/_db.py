@@ -65,10 +65,19 @@ class SharedDb:
     One psycopg connection in autocommit mode; :meth:`transaction` opens a transaction that
     first takes ``lock`` (``LOCK TABLE ...``), so writers serialize as SQLite's
     ``BEGIN IMMEDIATE`` serializes them on one box. ``schema`` (SQLite spelling) is created
-    under an advisory lock, so boxes starting together create it once.
+    under an advisory lock, so boxes starting together create it once; ``None``: a reader
+    (``/metrics``, ``ktuned budget``) that writes nothing, not even the tables.
+    ``connect_timeout_s``: how long connecting may take (``None``: libpq's default).
     """
 
-    def __init__(self, url: str, schema: str, *, what: str) -> None:
+    def __init__(
+        self,
+        url: str,
+        schema: str | None,
+        *,
+        what: str,
+        connect_timeout_s: float | None = None,
+    ) -> None:
         import psycopg
 
         from tuned.store.postgres import redact
@@ -76,11 +85,17 @@ class SharedDb:
         self.location = redact(url)
         self.what = what
         try:
-            self._conn = psycopg.connect(url, autocommit=True, application_name="ktuned-llm")
-            with self._conn.transaction():
-                self._conn.execute(f"SELECT pg_advisory_xact_lock({_SCHEMA_LOCK})")
-                for statement in _postgres_schema(schema):
-                    self._conn.execute(statement)
+            options: dict[str, Any] = {}
+            if connect_timeout_s is not None:  # else libpq's default (PGCONNECT_TIMEOUT)
+                options["connect_timeout"] = max(1, round(connect_timeout_s))
+            self._conn = psycopg.connect(
+                url, autocommit=True, application_name="ktuned-llm", **options
+            )
+            if schema is not None:
+                with self._conn.transaction():
+                    self._conn.execute(f"SELECT pg_advisory_xact_lock({_SCHEMA_LOCK})")
+                    for statement in _postgres_schema(schema):
+                        self._conn.execute(statement)
         except psycopg.Error as exc:
             raise StoreError(
                 f"cannot open the {what} in {self.location}: {exc}; check that PostgreSQL "

@@ -1,19 +1,22 @@
 """``ktuned budget``: what the LLM proposer spent, and what it may still spend.
 
 Read-only: it opens the store's file without writing (recovering a dead daemon's open
-reservations is the next daemon's job), so it is safe beside a running daemon.
+reservations is the next daemon's job), so it is safe beside a running daemon. In a fleet
+(a PostgreSQL store) the token figures are the shared ledger's, the whole fleet's spend
+against the caps every box enforces; the attempt log and the strategy book are this box's.
 """
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from pathlib import Path
 
 from policies.strategies import llm_strategy_name
 from tuned.llm._db import connect_reader
-from tuned.llm.ledger import DAY_S, read_totals
+from tuned.llm.ledger import DAY_S, LedgerDb, open_ledger_reader, read_totals
 from tuned.llm.metrics import attempt_counts
-from tuned.llm.proposed import read_strategies
+from tuned.llm.proposed import ProposedStrategy, read_strategies
 from tuned.llm.settings import LlmSettings
 
 __all__ = ["budget_report"]
@@ -23,27 +26,45 @@ def _n(value: int | None) -> str:
     return "no cap" if value is None else f"{value:,}"
 
 
-def budget_report(store_path: Path, settings: LlmSettings, *, source: str) -> str:
-    """The report ``ktuned budget`` prints (caps from ``settings``, read from ``source``)."""
+def budget_report(
+    store_path: Path, settings: LlmSettings, *, source: str, ledger_url: str | None = None
+) -> str:
+    """The report ``ktuned budget`` prints (caps from ``settings``, read from ``source``).
+
+    ``store_path``: the SQLite file of the LLM's tables (on one box the store's file).
+    ``ledger_url``: a fleet's PostgreSQL store, whose shared token ledger is read instead of
+    the one in ``store_path``; the attempt log and strategies still come from ``store_path``
+    (this box's ``ktuned-llm.sqlite``), which may not exist yet.
+    """
     lines = []
     if settings.enabled:
         lines.append(f"LLM proposer: {settings.model} at {settings.base_url} ({source})")
     else:
         lines.append(f"LLM proposer: off (no llm.base_url and llm.model in {source})")
-    db = connect_reader(store_path)
-    if db is None:
+    local = connect_reader(store_path)
+    if local is None and ledger_url is None:
         lines.append(f"no store at {store_path}: nothing spent")
         return "\n".join(lines) + "\n"
+    ledger: LedgerDb | None = None
     try:
         now = time.time()
-        totals = read_totals(db, now)
-        attempts = attempt_counts(db)
-        strategy_requests = attempt_counts(db, "strategy")
-        proposed = read_strategies(db)
+        ledger = local if ledger_url is None else open_ledger_reader(ledger_url)
+        assert ledger is not None  # a URL always connects (or raises)
+        totals = read_totals(ledger, now)
+        attempts, strategy_requests, proposed = _local_figures(local)
     finally:
-        db.close()
+        if local is not None:
+            local.close()
+        if ledger is not None and ledger is not local:
+            ledger.close()
+    if ledger_url is None:
+        lines.append(f"ledger: {store_path}")
+    else:
+        from tuned.store.postgres import redact
+
+        lines.append(f"ledger: {redact(ledger_url)} (shared by the fleet)")
+        lines.append(f"this box's attempt log: {store_path}")
     caps = settings.budget
-    lines.append(f"ledger: {store_path}")
     lines.append("")
     lines.append(f"{'scope':<10}{'cap':>14}{'committed':>14}{'remaining':>14}")
     rows: list[tuple[str, int | None, int]] = [
@@ -88,3 +109,12 @@ def budget_report(store_path: Path, settings: LlmSettings, *, source: str) -> st
                 f"  {p.kernel:<24}{llm_strategy_name(p.strategy.name):<22}{p.target:<9}{p.name}"
             )
     return "\n".join(lines) + "\n"
+
+
+def _local_figures(
+    db: sqlite3.Connection | None,
+) -> tuple[dict[str, int], dict[str, int], list[ProposedStrategy]]:
+    """Rewrite requests and strategy requests by status, and the accepted strategies."""
+    if db is None:
+        return {}, {}, []
+    return attempt_counts(db), attempt_counts(db, "strategy"), read_strategies(db)

@@ -46,12 +46,13 @@ from pathlib import Path
 from typing import Any
 
 from tuned.errors import StoreError, TunedError
-from tuned.llm._db import SharedDb, connect, is_postgres_url
+from tuned.llm._db import SharedDb, connect, connect_reader, is_postgres_url
 
 __all__ = [
     "DAY_S",
     "BudgetCaps",
     "BudgetExceeded",
+    "LedgerDb",
     "Prices",
     "Reservation",
     "ScopeSpend",
@@ -59,6 +60,7 @@ __all__ = [
     "Usage",
     "estimate_prompt_tokens",
     "ledger_schema",
+    "open_ledger_reader",
     "read_totals",
 ]
 
@@ -490,11 +492,37 @@ class TokenLedger:
             return [dict(zip(names, r)) for r in cur.fetchall()]
 
 
-def read_totals(db: sqlite3.Connection, now: float | None = None) -> dict[str, Any]:
+#: What the ledger's readers connect to: the SQLite file's connection (read-only for
+#: ``/metrics`` and ``ktuned budget``) or a fleet's PostgreSQL store.
+LedgerDb = sqlite3.Connection | SharedDb
+
+
+def open_ledger_reader(location: Path | str, *, connect_timeout_s: float = 10.0) -> LedgerDb | None:
+    """A connection that only reads the ledger at ``location``: a SQLite file (opened
+    read-only; ``None`` if it does not exist yet) or a ``postgresql://`` URL (a fleet's shared
+    ledger: the figures the caps of every box use). Writes nothing, not even the tables, and
+    recovers nothing (that is the next daemon's job), so it is safe beside running daemons.
+    Raises :class:`StoreError` when PostgreSQL does not answer."""
+    if is_postgres_url(location):
+        return SharedDb(
+            str(location), None, what="token ledger", connect_timeout_s=connect_timeout_s
+        )
+    return connect_reader(Path(location))
+
+
+def read_totals(db: LedgerDb, now: float | None = None) -> dict[str, Any]:
     """Charged tokens by kind and per kernel, committed tokens per scope (charged plus
-    held), dollars and open reservations, from any connection to the database (the metrics
-    collector's read-only one). Zeros if the ledger was never created."""
+    held), dollars and open reservations, from any connection to the ledger's database (see
+    :func:`open_ledger_reader`). Zeros if the ledger was never created. A PostgreSQL error
+    (the server went away) raises :class:`StoreError`; the connection should then be
+    reopened."""
     now = time.time() if now is None else now
+    missing: tuple[type[BaseException], ...] = (sqlite3.OperationalError,)
+    failed: tuple[type[BaseException], ...] = ()
+    if isinstance(db, SharedDb):
+        import psycopg
+
+        missing, failed = (psycopg.errors.UndefinedTable,), (psycopg.Error,)
     try:
         row = db.execute(
             "SELECT COALESCE(SUM(prompt_tokens), 0), COALESCE(SUM(completion_tokens), 0),"
@@ -512,8 +540,14 @@ def read_totals(db: sqlite3.Connection, now: float | None = None) -> dict[str, A
             "SELECT kernel, COALESCE(SUM(CASE WHEN state = 'open' THEN 0 ELSE charged END), 0)"
             " FROM llm_ledger GROUP BY kernel"
         ).fetchall()
-    except sqlite3.OperationalError:
+    except missing:
         row, kernels = (0, 0, 0, 0, 0.0, 0, 0, 0), []
+    except failed as exc:
+        assert isinstance(db, SharedDb)
+        raise StoreError(
+            f"reading the token ledger in {db.location} failed: {exc}; check that PostgreSQL "
+            "is reachable"
+        ) from exc
     return {
         "prompt": int(row[0]),
         "completion": int(row[1]),

@@ -26,6 +26,10 @@ metric                                     type      labels            what
                                                                        strategies accepted
 =========================================  ========  ================  =====================
 
+In a fleet (a PostgreSQL store) the token figures are the shared ledger's, the ones the caps
+of every box use, so they are the fleet's spend, equal on every box; the attempt and strategy
+figures are this box's own (its ``ktuned-llm.sqlite``).
+
 Without a configured budget (no LLM) the ``total`` scope reports a limit and a remainder of
 0, so the "budget nearly spent" alert (which needs a limit above 0) stays quiet.
 """
@@ -34,8 +38,9 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import closing
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -49,15 +54,25 @@ LLM_TOKEN_KINDS = ("prompt", "completion", "unreported")
 
 
 def llm_families(
-    db: sqlite3.Connection | None, budget: BudgetCaps | None, now: float | None = None
+    db: sqlite3.Connection | None,
+    budget: BudgetCaps | None,
+    now: float | None = None,
+    *,
+    totals: Mapping[str, Any] | None = None,
 ) -> Iterator[Metric]:
-    """Every LLM family, from ``db`` (``None``: no database yet, all zeros)."""
+    """Every LLM family, from ``db`` (``None``: no database yet, all zeros).
+
+    ``totals``: the ledger's :func:`~tuned.llm.ledger.read_totals` when the ledger is not in
+    ``db`` (a fleet's shared ledger in PostgreSQL, while the attempt log and the strategy book
+    stay in the box's own file); default: read from ``db``.
+    """
     now = time.time() if now is None else now
-    if db is None:
-        with closing(sqlite3.connect(":memory:")) as empty:
-            totals = read_totals(empty, now)
-    else:
-        totals = read_totals(db, now)
+    if totals is None:
+        if db is None:
+            with closing(sqlite3.connect(":memory:")) as empty:
+                totals = read_totals(empty, now)
+        else:
+            totals = read_totals(db, now)
     tokens = CounterMetricFamily(
         "ktuned_llm_tokens", "LLM tokens charged by the ledger, by kind", labels=["kind"]
     )

@@ -5,8 +5,10 @@ global one). History-derived values (speedups, counters, the phase histogram, ar
 come from the store, so they survive restarts; the daemon's own state (its state, the GPUs'
 busy flags, per-kernel scheduler states) comes from a :class:`~tuned.metrics.live.LiveStatus`.
 Counters over evaluations are kept as running sums of the rows added since the previous
-scrape, so a scrape stays cheap however long the history. The list of metrics, with their
-labels, is in docs/metrics.md.
+scrape, so a scrape stays cheap however long the history; rows newer than a lag are re-read
+at every scrape, so a row that another writer commits after a newer one is still counted
+(:mod:`tuned.metrics.watermarks`). The list of metrics, with their labels, is in
+docs/metrics.md.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from __future__ import annotations
 import platform
 import sqlite3
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from prometheus_client.core import (
@@ -26,12 +29,14 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from tuned import __version__
+from tuned.errors import StoreError
 from tuned.llm._db import connect_reader
-from tuned.llm.ledger import BudgetCaps
+from tuned.llm.ledger import BudgetCaps, LedgerDb, open_ledger_reader, read_totals
 from tuned.llm.metrics import llm_families
 from tuned.metrics.live import DAEMON_STATES, PROFILING_STATES, LiveSnapshot, LiveStatus
+from tuned.metrics.watermarks import LaggedWatermark
 from tuned.store.api import Store
-from tuned.store.base import KernelProgress
+from tuned.store.base import EvaluationTotals, KernelProgress
 from tuned.store.sqlite import SqliteStore
 from tuned.store.url import open_store, sqlite_path
 
@@ -42,6 +47,9 @@ PHASE_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 3
 #: Upper bounds (seconds) of the profiling run duration histogram.
 PROFILING_BUCKETS = (1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 PROFILING_STATUSES = ("ok", "unavailable", "timeout", "failed")
+#: Seconds before rows are final for the running sums: a transaction that took its ``seq``
+#: earlier may commit later (tuned.metrics.watermarks).
+WATERMARK_LAG_S = 60.0
 #: ``resource`` label of ``ktuned_kernel_best_sol_ratio`` -> key of a stored profile.
 SOL_RESOURCES = {
     "sm": "sol_sm",
@@ -57,8 +65,13 @@ class StoreCollector(Collector):
 
     ``store``: a SQLite file (opened read-only, so a scrape never takes the write lock) or a
     store URL (``sqlite:///`` likewise; ``postgresql://``: a connection of its own).
-    ``llm_path``: the SQLite file of the LLM's ledger and attempt log; default: the store's
-    file (``None`` for a PostgreSQL store: no LLM figures)."""
+    ``llm_path``: the SQLite file of the LLM's attempt log and strategy book, and of its token
+    ledger on one box; default: the store's file (``None`` for a PostgreSQL store: no
+    attempt figures). On a PostgreSQL store the token ledger is the fleet's shared one in
+    that database (as the daemon's, :func:`tuned.llm.setup.open_proposer`), read through a
+    connection of its own that writes nothing. ``watermark_lag_s``: how long rows stay in
+    the re-read tail of the running sums before they are settled (default: 0 on SQLite,
+    :data:`WATERMARK_LAG_S` on PostgreSQL; ``clock``: its time, injectable for tests)."""
 
     def __init__(
         self,
@@ -67,28 +80,36 @@ class StoreCollector(Collector):
         *,
         llm_budget: BudgetCaps | None = None,
         llm_path: Path | None = None,
+        watermark_lag_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store_url = store if isinstance(store, str) else None
         local = store if isinstance(store, Path) else sqlite_path(store)
         #: The store's SQLite file; ``None`` for a PostgreSQL store.
         self.store_path = local
         self.llm_path = llm_path if llm_path is not None else local
+        if watermark_lag_s is None:  # SQLite commits in seq order; PostgreSQL may not
+            watermark_lag_s = 0.0 if local is not None else WATERMARK_LAG_S
+        #: The fleet's shared token ledger (the PostgreSQL store); ``None``: in ``llm_path``.
+        self.ledger_url = self.store_url if local is None else None
         self.live = live
         #: The LLM token caps (``None``: no LLM configured); spend comes from the ledger.
         self.llm_budget = llm_budget
         self._llm_db: sqlite3.Connection | None = None
+        self._ledger_db: LedgerDb | None = None
         self._lock = threading.Lock()
         self._store: Store | None = None
-        self._seq = 0
+        # Settled sums, and how far (tuned.metrics.watermarks: rows above are re-read).
+        self._eval_mark = LaggedWatermark((0,), lag_s=watermark_lag_s, clock=clock)
         self._outcomes: dict[tuple[str, str], int] = {}
         self._phases: dict[str, tuple[int, float, list[int]]] = {}
         self._arms: dict[tuple[str, str], tuple[int, float]] = {}
         self._progress: dict[str, KernelProgress] = {}
-        self._progress_seqs = (0, 0)
+        self._progress_mark = LaggedWatermark((0, 0), lag_s=watermark_lag_s, clock=clock)
         self._touched: set[str] = set()
         self._hardware: dict[str, tuple[dict[str, object] | None, float | None]] = {}
         self._hardware_token = -1
-        self._profiling_seq = 0
+        self._profiling_mark = LaggedWatermark((0,), lag_s=watermark_lag_s, clock=clock)
         self._profiling_runs: dict[str, int] = {}
         self._profiling_durations: tuple[int, float, list[int]] = (
             0,
@@ -107,6 +128,9 @@ class StoreCollector(Collector):
             if self._llm_db is not None:
                 self._llm_db.close()
                 self._llm_db = None
+            if self._ledger_db is not None:
+                self._ledger_db.close()
+                self._ledger_db = None
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
@@ -172,6 +196,12 @@ class StoreCollector(Collector):
             "measurements discarded and redone because clocks throttled or foreign work appeared",
             value=live.discarded_total,
         )
+        yield GaugeMetricFamily(
+            "ktuned_store_outbox_rows",
+            "results kept in the local outbox while the PostgreSQL store does not answer, to "
+            "be replayed when it does (0: in sync; always 0 on SQLite)",
+            value=live.outbox_rows,
+        )
         gpu_info = GaugeMetricFamily(
             "ktuned_gpu_info",
             "the device ktuned benchmarks on (value 1); gpu=interpreter without a GPU",
@@ -190,7 +220,11 @@ class StoreCollector(Collector):
 
     def _current_progress(self, store: Store) -> list[KernelProgress]:
         """Every kernel's progress, re-read only for kernels that changed since last scrape."""
-        touched, eval_seq, acc_seq = store.changes_since(*self._progress_seqs)
+        # Kernels with rows in the watermark's tail are re-read at every scrape.
+        target = self._progress_mark.due()
+        if target is not None:
+            self._progress_mark.settle(target)
+        touched, eval_seq, acc_seq = store.changes_since(*self._progress_mark.settled)
         rows = store.kernels()
         for k in rows:
             known = self._progress.get(k.name)
@@ -202,7 +236,7 @@ class StoreCollector(Collector):
         for p in store.kernel_progress(touched & present):
             self._progress[p.name] = p
         self._touched = touched & present
-        self._progress_seqs = (eval_seq, acc_seq)
+        self._progress_mark.seen((eval_seq, acc_seq))  # touched again until settled
         return [self._progress[name] for name in sorted(self._progress)]
 
     def _kernels(self, store: Store, live: LiveSnapshot | None) -> Iterator[Metric]:
@@ -288,27 +322,26 @@ class StoreCollector(Collector):
         return gauge
 
     def _evaluations(self, store: Store) -> Iterator[Metric]:
-        totals = store.evaluation_totals(self._seq, PHASE_BUCKETS)
-        self._seq = totals.upto_seq
-        for key, n in totals.outcomes.items():
-            self._outcomes[key] = self._outcomes.get(key, 0) + n
-        for phase, (count, seconds, below) in totals.phases.items():
-            old = self._phases.get(phase, (0, 0.0, [0] * len(PHASE_BUCKETS)))
-            self._phases[phase] = (
-                old[0] + count,
-                old[1] + seconds,
-                [a + b for a, b in zip(old[2], below)],
-            )
-        for key, (n_pulls, reward_sum) in totals.arms.items():
-            old_arm = self._arms.get(key, (0, 0.0))
-            self._arms[key] = (old_arm[0] + n_pulls, old_arm[1] + reward_sum)
+        mark = self._eval_mark
+        target = mark.due()
+        if target is not None:  # rows old enough to be final: add them to the settled sums
+            part = store.evaluation_totals(mark.settled[0], PHASE_BUCKETS, upto_seq=target[0])
+            _add_evaluations(self._outcomes, self._phases, self._arms, part)
+            mark.settle(target)
+        tail = store.evaluation_totals(mark.settled[0], PHASE_BUCKETS)
+        final = mark.seen((tail.upto_seq,))  # True: no lag (SQLite), into the sums now
+        if final:
+            _add_evaluations(self._outcomes, self._phases, self._arms, tail)
+        outcomes, phase_sums, arms = dict(self._outcomes), dict(self._phases), dict(self._arms)
+        if not final:  # re-read at the next scrape: exported, not kept
+            _add_evaluations(outcomes, phase_sums, arms, tail)
 
         evaluated = CounterMetricFamily(
             "ktuned_candidates_evaluated",
             "evaluations by kernel and outcome (every generation and fingerprint)",
             labels=["kernel", "outcome"],
         )
-        for (kernel, outcome), n in sorted(self._outcomes.items()):
+        for (kernel, outcome), n in sorted(outcomes.items()):
             evaluated.add_metric([kernel, outcome], n)
         yield evaluated
         phases = HistogramMetricFamily(
@@ -317,7 +350,7 @@ class StoreCollector(Collector):
             "the compile pool; load, compile, correctness, benchmark in the worker)",
             labels=["phase"],
         )
-        for phase, (n, total, cumulative) in sorted(self._phases.items()):
+        for phase, (n, total, cumulative) in sorted(phase_sums.items()):
             buckets = [(repr(float(b)), float(c)) for b, c in zip(PHASE_BUCKETS, cumulative)]
             phases.add_metric([phase], [*buckets, ("+Inf", float(n))], total)
         yield phases
@@ -331,7 +364,7 @@ class StoreCollector(Collector):
             "mean reward per kernel and strategy: latency reduction vs the parent, clipped at 0",
             labels=["kernel", "strategy"],
         )
-        for (kernel, strategy), (n, total) in sorted(self._arms.items()):
+        for (kernel, strategy), (n, total) in sorted(arms.items()):
             pulls.add_metric([kernel, strategy], n)
             reward.add_metric([kernel, strategy], total / n if n else 0.0)
         yield pulls
@@ -386,18 +419,21 @@ class StoreCollector(Collector):
         yield from (sol, occupancy, roofline)
 
     def _profiling(self, store: Store, live: LiveSnapshot | None) -> Iterator[Metric]:
-        upto, statuses, (n, seconds, below) = store.profiling_totals(
-            self._profiling_seq, PROFILING_BUCKETS
+        mark = self._profiling_mark
+        target = mark.due()
+        if target is not None:  # rows old enough to be final: add them to the settled sums
+            part = store.profiling_totals(mark.settled[0], PROFILING_BUCKETS, upto_seq=target[0])
+            self._profiling_runs, self._profiling_durations = _add_profiling(
+                self._profiling_runs, self._profiling_durations, part[1], part[2]
+            )
+            mark.settle(target)
+        upto, statuses, durations = store.profiling_totals(mark.settled[0], PROFILING_BUCKETS)
+        runs_by_status, (count, total, cumulative) = _add_profiling(
+            self._profiling_runs, self._profiling_durations, statuses, durations
         )
-        self._profiling_seq = upto
-        for status, count in statuses.items():
-            self._profiling_runs[status] = self._profiling_runs.get(status, 0) + count
-        old_n, old_s, old_below = self._profiling_durations
-        self._profiling_durations = (
-            old_n + n,
-            old_s + seconds,
-            [a + b for a, b in zip(old_below, below)],
-        )
+        if mark.seen((upto,)):  # no lag (SQLite): the tail is final, into the sums now
+            self._profiling_runs = runs_by_status
+            self._profiling_durations = (count, total, cumulative)
         if live is not None:
             yield GaugeMetricFamily(
                 "ktuned_profiling_enabled",
@@ -418,10 +454,9 @@ class StoreCollector(Collector):
             "Nsight Compute profiling runs by status (ok, unavailable, timeout, failed)",
             labels=["status"],
         )
-        for status in sorted({*PROFILING_STATUSES, *self._profiling_runs}):
-            runs.add_metric([status], self._profiling_runs.get(status, 0))
+        for status in sorted({*PROFILING_STATUSES, *runs_by_status}):
+            runs.add_metric([status], runs_by_status.get(status, 0))
         yield runs
-        count, total, cumulative = self._profiling_durations
         duration = HistogramMetricFamily(
             "ktuned_profiling_duration_seconds",
             "wall time of each profiling run (ncu and the profiled process)",
@@ -431,7 +466,56 @@ class StoreCollector(Collector):
         yield duration
 
     def _llm(self) -> Iterator[Metric]:
-        # The token ledger and attempt log share the store's file (tuned.llm.metrics).
+        # On one box the token ledger and attempt log share the store's file
+        # (tuned.llm.metrics); in a fleet the ledger is the shared one in PostgreSQL.
         if self._llm_db is None and self.llm_path is not None:
             self._llm_db = connect_reader(self.llm_path)
-        yield from llm_families(self._llm_db, self.llm_budget)
+        totals = None
+        if self.ledger_url is not None:
+            now = time.time()
+            if self._ledger_db is None:
+                self._ledger_db = open_ledger_reader(self.ledger_url)
+            ledger = self._ledger_db
+            if ledger is not None:  # always, for a PostgreSQL URL
+                try:
+                    totals = read_totals(ledger, now)
+                except StoreError:  # the server went away: reconnect on the next scrape
+                    ledger.close()
+                    self._ledger_db = None
+                    raise
+        yield from llm_families(self._llm_db, self.llm_budget, totals=totals)
+
+
+def _add_evaluations(
+    outcomes: dict[tuple[str, str], int],
+    phases: dict[str, tuple[int, float, list[int]]],
+    arms: dict[tuple[str, str], tuple[int, float]],
+    totals: EvaluationTotals,
+) -> None:
+    """Add ``totals`` (evaluations of a range of seqs) into the three sums, in place."""
+    for key, n in totals.outcomes.items():
+        outcomes[key] = outcomes.get(key, 0) + n
+    for phase, (count, seconds, below) in totals.phases.items():
+        old = phases.get(phase, (0, 0.0, [0] * len(PHASE_BUCKETS)))
+        phases[phase] = (old[0] + count, old[1] + seconds, [a + b for a, b in zip(old[2], below)])
+    for key, (n_pulls, reward_sum) in totals.arms.items():
+        old_arm = arms.get(key, (0, 0.0))
+        arms[key] = (old_arm[0] + n_pulls, old_arm[1] + reward_sum)
+
+
+def _add_profiling(
+    runs: dict[str, int],
+    durations: tuple[int, float, list[int]],
+    statuses: dict[str, int],
+    more: tuple[int, float, tuple[int, ...]],
+) -> tuple[dict[str, int], tuple[int, float, list[int]]]:
+    """Profiling runs per status and the duration histogram, plus a range's figures."""
+    total_runs = dict(runs)
+    for status, n in statuses.items():
+        total_runs[status] = total_runs.get(status, 0) + n
+    n, seconds, below = more
+    return total_runs, (
+        durations[0] + n,
+        durations[1] + seconds,
+        [a + b for a, b in zip(durations[2], below)],
+    )

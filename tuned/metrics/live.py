@@ -63,6 +63,9 @@ class LiveSnapshot:
     worker_restarts_total: int = 0
     discarded_total: int = 0
     profiling_state: str = "disabled"
+    #: Rows in the local outbox waiting for the PostgreSQL store to answer again
+    #: (:class:`tuned.store.outbox.OutboxStore`'s ``on_change``); 0 when in sync or on SQLite.
+    outbox_rows: int = 0
     started_at: float = field(default_factory=time.time)
 
 

@@ -18,22 +18,32 @@ they are valid). The life of a claim::
   with skewed clocks still agree on what has expired.
 - An evaluation recorded by :meth:`tuned.store.records.Records.record_evaluation` marks the
   claim done in the same transaction, so a result and its claim never disagree.
+- A live owner renews its open claims (:meth:`Claims.renew`, every ``lease_s / 3`` from a
+  :class:`LeaseRenewer` thread), so the lease only has to outlast a few missed renewals, not
+  the longest evaluation: a live daemon's claim never expires, a dead one's expires after one
+  lease. An owner that stops cleanly expires its open claims at once
+  (:meth:`Claims.release_owner`), so other owners take that work over without waiting.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
+import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tuned.errors import StoreError
 from tuned.outcomes import Candidate
 from tuned.store._core import Row, SqlCore
 
-__all__ = ["Claim", "ClaimSettings", "Claims", "default_owner"]
+__all__ = ["Claim", "ClaimSettings", "Claims", "LeaseRenewer", "default_owner"]
+
+log = logging.getLogger(__name__)
 
 
 def default_owner() -> str:
@@ -44,7 +54,8 @@ def default_owner() -> str:
 @dataclass(frozen=True)
 class ClaimSettings:
     """How a campaign claims work. ``owner``: this process; ``lease_s``: how long a claim
-    holds without a result (longer than one evaluation may take: a daemon's evaluation bound);
+    holds without a result or a renewal (without a :class:`LeaseRenewer`, longer than one
+    evaluation may take; with one, a few renewal intervals: the daemon's ``fleet_lease_s``);
     ``poll_s``: how often a campaign with nothing else to do looks again while other owners
     hold the rest of the work, at most ``max_wait_s`` per step (a daemon keeps it short: its
     watchdog and other kernels wait meanwhile)."""
@@ -166,6 +177,27 @@ class Claims(SqlCore):
                 (candidate.kernel, candidate.generation, fingerprint, candidate.id, owner),
             )
 
+    def release_owner(self, owner: str) -> int:
+        """Expire every unfinished claim of ``owner`` now (a clean stop): other owners take
+        them over at their next step (:meth:`take_over`, crediting the same arm) instead of
+        waiting for the lease. The number of claims expired."""
+        now = self.dialect.now
+        with self._transaction() as db:
+            return db.execute(
+                f"UPDATE claims SET expires_at={now} - 1 WHERE owner=? AND done=0", (owner,)
+            )
+
+    def renew(self, owner: str, *, lease_s: float) -> int:
+        """Extend every unfinished claim of ``owner`` to ``lease_s`` seconds from now (the
+        database's clock); the number renewed. A claim another owner took over after it
+        expired is that owner's now and is not touched."""
+        now = self.dialect.now
+        with self._transaction() as db:
+            return db.execute(
+                f"UPDATE claims SET expires_at={now} + ? WHERE owner=? AND done=0",
+                (lease_s, owner),
+            )
+
     def open_claims(
         self, kernel: str, generation: str, fingerprint: str, *, exclude_owner: str = ""
     ) -> list[Claim]:
@@ -187,6 +219,72 @@ class Claims(SqlCore):
             f" WHEN expires_at < {self.dialect.now} THEN 'expired' ELSE 'live' END"
         )
         return {(str(r["kernel"]), str(r["state"])): int(r["n"]) for r in rows}
+
+
+class LeaseRenewer:
+    """A thread that keeps ``owner``'s claims alive: every ``interval_s`` (default
+    ``lease_s / 3``) it renews them (:meth:`Claims.renew`) through a store of its own that
+    ``open_store`` opens in the thread (a store object is used by one thread only).
+
+    A renewal that fails (the database is unreachable: the claims are the outbox's meanwhile)
+    is logged once and tried again at the next interval. :meth:`stop` ends the thread and
+    closes its store; the owner's claims then expire one lease later unless they are
+    released.
+    """
+
+    def __init__(
+        self,
+        open_store: Callable[[], Claims],
+        *,
+        owner: str,
+        lease_s: float,
+        interval_s: float | None = None,
+    ) -> None:
+        if lease_s <= 0:
+            raise ValueError(f"LeaseRenewer: lease_s must be > 0, got {lease_s}")
+        self.owner = owner
+        self.lease_s = lease_s
+        self.interval_s = lease_s / 3 if interval_s is None else interval_s
+        self.renewals = 0
+        self._open = open_store
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ktuned-lease-renewer", daemon=True)
+
+    def start(self) -> LeaseRenewer:
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """End the thread (at most ``timeout_s``: a renewal in flight finishes first)."""
+        self._stopping.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        store: Claims | None = None
+        failing = False
+        try:
+            while not self._stopping.wait(self.interval_s):
+                try:
+                    if store is None:
+                        store = self._open()
+                    self.renewals += store.renew(self.owner, lease_s=self.lease_s)
+                except StoreError as exc:
+                    if not failing:
+                        log.warning(
+                            "cannot renew the claims of %s (%s); retrying every %.0f s",
+                            self.owner,
+                            exc,
+                            self.interval_s,
+                        )
+                    failing = True
+                    continue
+                if failing:
+                    log.info("renewing the claims of %s again", self.owner)
+                failing = False
+        finally:
+            if store is not None:
+                store.close()
 
 
 def _claim(

@@ -77,11 +77,20 @@ class Hardware(Records):
         }
 
     def profiling_totals(
-        self, after_seq: int = 0, bucket_bounds: tuple[float, ...] = ()
+        self,
+        after_seq: int = 0,
+        bucket_bounds: tuple[float, ...] = (),
+        *,
+        upto_seq: int | None = None,
     ) -> tuple[int, dict[str, int], tuple[int, float, tuple[int, ...]]]:
-        """Profiling runs recorded after ``after_seq``: the newest seq, runs per status, and
-        (count, total seconds, cumulative counts at or below each bound) of their durations."""
-        upto = int(self._query("SELECT COALESCE(MAX(seq), 0) AS s FROM profiling_runs")[0]["s"])
+        """Profiling runs recorded after ``after_seq`` and up to ``upto_seq`` (default: the
+        newest): that seq, runs per status, and (count, total seconds, cumulative counts at
+        or below each bound) of their durations."""
+        upto = upto_seq
+        if upto is None:
+            upto = int(
+                self._query("SELECT COALESCE(MAX(seq), 0) AS s FROM profiling_runs")[0]["s"]
+            )
         window = (after_seq, upto)
         statuses = {
             r["status"]: int(r["n"])

@@ -17,12 +17,16 @@ store goes *offline*:
   ``candidate``, ``incumbent``, ``best``, ``policy_state`` and ``last_evaluated_at`` prefer
   the outbox's answer; other reads return the database's last answer for the same arguments,
   else the outbox's;
-- registry writes (``sync_kernel``, ``retire_kernel``, ...) are not kept: they raise
-  :class:`StoreError` as before, and the daemon retries them later.
+- registry writes (``sync_kernel``, ``retire_kernel``, ...) are applied to the outbox, so
+  offline reads see them, and their statements are *journaled* there (they update and delete
+  rows, which copying rows cannot replay); so a daemon can start, register its kernels and
+  tune while the database is down.
 
 At most every ``retry_s`` seconds a call tries the database again. When it answers,
 :meth:`OutboxStore.sync` first replays the outbox into it in *one* PostgreSQL transaction and
-then empties the outbox. Replay is idempotent: rows with a primary key use ``ON CONFLICT``;
+then empties the outbox. Replay is idempotent: the journaled registry statements first, in
+order (each sets absolute values, so running one twice changes nothing more; the registry is
+last-writer-wins, as online); then the rows: rows with a primary key use ``ON CONFLICT``;
 evaluations, acceptance decisions and profiling runs (which have only a serial key) are
 skipped when a row with the same natural key (candidate, generation, fingerprint and start
 time; or decision time; or profiling start) is there. A box killed during the replay
@@ -35,10 +39,12 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -47,14 +53,14 @@ from tuned.outcomes import Candidate, EvalResult, source_hash
 from tuned.store._core import Row, Tx
 from tuned.store.api import Store
 from tuned.store.base import TrialRow
-from tuned.store.dialect import POSTGRES, Dialect
+from tuned.store.dialect import POSTGRES, SQLITE, Dialect
 from tuned.store.postgres import PostgresStore, redact
 from tuned.store.sqlite import SqliteStore
 
 __all__ = [
-    "ONLINE_WRITES",
     "OUTBOX_READS",
     "OUTBOX_WRITES",
+    "REGISTRY_WRITES",
     "OutboxStore",
     "is_connection_error",
     "replay",
@@ -76,10 +82,12 @@ OUTBOX_WRITES = frozenset(
         "claim",
         "release",
         "take_over",
+        "release_owner",
+        "renew",
     }
 )
-#: Writes that need the database (the registry): offline they raise :class:`StoreError`.
-ONLINE_WRITES = frozenset(
+#: Registry writes: offline, applied to the outbox with their statements journaled.
+REGISTRY_WRITES = frozenset(
     {"sync_kernel", "set_kernel_state", "record_invalid", "retire_kernel", "forget_invalid"}
 )
 #: Reads answered offline from the database's last answer and the outbox.
@@ -88,7 +96,7 @@ OUTBOX_READS = frozenset(
     for n in dir(Store)
     if not n.startswith("_")
     and callable(getattr(Store, n))
-    and n not in OUTBOX_WRITES | ONLINE_WRITES | {"close", "checkpoint"}
+    and n not in OUTBOX_WRITES | REGISTRY_WRITES | {"close", "checkpoint"}
 )
 #: Offline, these prefer the outbox's answer (when not ``None``) to the database's last one.
 _OUTBOX_FIRST = frozenset({"candidate", "incumbent", "best", "policy_state", "last_evaluated_at"})
@@ -114,8 +122,11 @@ _REPLAY: tuple[tuple[str, Any], ...] = (
     ("gpu_peaks", ("upsert", ("gpu_model",), "measured_at")),
     ("policy_state", ("upsert", ("kernel", "generation", "fingerprint", "policy"), "updated_at")),
 )
-#: Outbox tables emptied after a replay (claims are local and dropped).
-_CLEARED = (*(t for t, _ in _REPLAY), "claims")
+#: The outbox's own table: registry statements to run on the database, in order.
+_JOURNAL = "outbox_journal"
+#: Outbox tables emptied after a replay (claims are local and dropped; the registry tables
+#: were written by journaled statements, replayed as such).
+_CLEARED = (*(t for t, _ in _REPLAY), "claims", "kernels", "invalid_entries", _JOURNAL)
 _CACHE_SIZE = 2048
 
 
@@ -147,12 +158,12 @@ class OutboxStore(Store):
         *,
         retry_s: float = 5.0,
         connect_timeout_s: float = 5.0,
-        on_change: Callable[[int], None] | None = None,
+        on_change: Callable[[int], object] | None = None,
     ) -> None:
         self.url = url
         self.retry_s = retry_s
         self.connect_timeout_s = connect_timeout_s
-        self.outbox = SqliteStore(outbox_path)
+        self.outbox = _OutboxFile(outbox_path)
         self._on_change = on_change
         self._primary: PostgresStore | None = None
         self._offline_since: float | None = None
@@ -172,9 +183,11 @@ class OutboxStore(Store):
         return self._offline_since is not None
 
     def outbox_rows(self) -> int:
-        """Rows waiting in the outbox (claims not counted: they are never replayed)."""
+        """Rows waiting in the outbox, journaled registry statements included (claims not
+        counted: they are never replayed)."""
         return sum(
-            int(self.outbox._query(f"SELECT COUNT(*) AS n FROM {t}")[0]["n"]) for t, _ in _REPLAY
+            int(self.outbox._query(f"SELECT COUNT(*) AS n FROM {t}")[0]["n"])
+            for t in (_JOURNAL, *(t for t, _ in _REPLAY))
         )
 
     def close(self) -> None:
@@ -248,12 +261,12 @@ class OutboxStore(Store):
             result = getattr(self.outbox, name)(*args, **kwargs)
             self._report()
             return result
-        if name in OUTBOX_READS:
-            return self._read_offline(name, key, args, kwargs)
-        raise StoreError(
-            f"{name} needs the store {self.location}, unreachable since "
-            f"{time.ctime(self._offline_since)}; it is retried when the store is back"
-        )
+        if name in REGISTRY_WRITES:
+            with self.outbox.journaling():
+                result = getattr(self.outbox, name)(*args, **kwargs)
+            self._report()
+            return result
+        return self._read_offline(name, key, args, kwargs)
 
     def _remember(self, key: tuple[str, str], result: Any) -> None:
         self._cache[key] = result
@@ -337,9 +350,16 @@ def replay(outbox: SqliteStore, primary: PostgresStore) -> dict[str, int]:
     """Copy the outbox's rows into the database in one transaction, skipping rows already
     there (so replaying twice adds nothing); the rows added per table. The outbox is left as
     it is: :meth:`OutboxStore.sync` empties it after this commits."""
+    has_journal = outbox._query("SELECT 1 FROM sqlite_master WHERE name=?", (_JOURNAL,))
+    journal = (
+        outbox._query(f"SELECT sql, args_json FROM {_JOURNAL} ORDER BY seq") if has_journal else []
+    )
     pending = {t: outbox._query(f"SELECT * FROM {t} ORDER BY rowid") for t, _ in _REPLAY}
-    added = dict.fromkeys(pending, 0)
+    added = {"registry writes": 0, **dict.fromkeys(pending, 0)}
     with primary._transaction() as db:
+        for entry in journal:  # registry first: the results below belong to its generations
+            db.execute(entry["sql"], json.loads(entry["args_json"]))
+            added["registry writes"] += 1
         for table, how in _REPLAY:
             for row in pending[table]:
                 added[table] += _replay_row(db, table, how, row)
@@ -374,6 +394,56 @@ def _replay_row(db: Tx, table: str, how: Any, row: Row) -> int:
     return 1
 
 
+class _JournalTx:
+    """A transaction of the outbox that also journals each statement it executes (in the
+    same SQLite transaction: a write and its journal entry are saved together)."""
+
+    def __init__(self, tx: Tx) -> None:
+        self._tx = tx
+
+    def execute(self, sql: str, args: Sequence[Any] = ()) -> int:
+        if SQLITE.now in sql:  # replayed on PostgreSQL: only engine-neutral statements
+            raise StoreError(
+                "a registry write uses the database clock, which the outbox cannot replay "
+                "on PostgreSQL; pass the time as an argument (tuned/store/records.py)"
+            )
+        self._tx.execute(
+            f"INSERT INTO {_JOURNAL} (sql, args_json) VALUES (?, ?)", (sql, json.dumps(list(args)))
+        )
+        return self._tx.execute(sql, args)
+
+    def rows(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
+        return self._tx.rows(sql, args)
+
+
+class _OutboxFile(SqliteStore):
+    """The outbox file: a SQLite store (the store's schema) plus the journal of registry
+    statements (:meth:`journaling`), replayed on the database by :func:`replay`."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self._journaling = False
+        with super()._transaction() as db:
+            db.execute(
+                f"CREATE TABLE IF NOT EXISTS {_JOURNAL} (seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+                " sql TEXT NOT NULL, args_json TEXT NOT NULL)"
+            )
+
+    @contextmanager
+    def journaling(self) -> Iterator[None]:
+        """Within: every statement a write method executes is journaled too."""
+        self._journaling = True
+        try:
+            yield
+        finally:
+            self._journaling = False
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Tx]:  # type: ignore[override]
+        with super()._transaction() as db:
+            yield _JournalTx(db) if self._journaling else db
+
+
 @functools.cache
 def _signature(name: str) -> inspect.Signature:
     return inspect.signature(getattr(Store, name))
@@ -395,5 +465,5 @@ def _route(name: str) -> Callable[..., Any]:
     return routed
 
 
-for _name in OUTBOX_WRITES | ONLINE_WRITES | OUTBOX_READS:
+for _name in OUTBOX_WRITES | REGISTRY_WRITES | OUTBOX_READS:
     setattr(OutboxStore, _name, _route(_name))

@@ -141,14 +141,21 @@ class Reads(Records):
         ]
 
     def evaluation_totals(
-        self, after_seq: int = 0, bucket_bounds: tuple[float, ...] = ()
+        self,
+        after_seq: int = 0,
+        bucket_bounds: tuple[float, ...] = (),
+        *,
+        upto_seq: int | None = None,
     ) -> EvaluationTotals:
-        """Totals over evaluations recorded after ``after_seq`` (see :class:`EvaluationTotals`).
+        """Totals over evaluations recorded after ``after_seq`` (see :class:`EvaluationTotals`),
+        up to ``upto_seq`` included (default: the newest).
 
         Callers keep a running sum and ask only for what is new, so a scrape costs the same
         with a year of history as with a day's.
         """
-        upto = self._query("SELECT COALESCE(MAX(seq), 0) AS s FROM evaluations")[0]["s"]
+        upto = upto_seq
+        if upto is None:
+            upto = self._query("SELECT COALESCE(MAX(seq), 0) AS s FROM evaluations")[0]["s"]
         window = (after_seq, int(upto))
         outcomes = {
             (r["kernel"], r["outcome"]): int(r["n"])

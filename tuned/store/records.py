@@ -54,12 +54,13 @@ class Records(SqlCore):
         kernels in one of these two states change: an invalid or retired kernel stays so."""
         if state not in ("active", "needs_llm"):
             raise ValueError(f"set_kernel_state: state must be active or needs_llm, not {state!r}")
+        # The box's clock, as in every registry write: an offline outbox replays these
+        # statements on PostgreSQL (tuned/store/outbox.py), so they hold no SQLite clock.
         with self._transaction() as db:
             db.execute(
-                "UPDATE kernels SET state=?, reason=?,"
-                f" updated_at={self.dialect.now} WHERE name=?"
+                "UPDATE kernels SET state=?, reason=?, updated_at=? WHERE name=?"
                 " AND state IN ('active', 'needs_llm')",
-                (state, reason, name),
+                (state, reason, time.time(), name),
             )
 
     def record_invalid(self, directory: str, problems: str) -> None:
