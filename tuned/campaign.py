@@ -94,6 +94,36 @@ class CampaignSummary:
 OnResult = Callable[[KernelSpec, Candidate, EvalResult, "CampaignSummary"], None]
 
 
+@dataclass
+class Prepared:
+    """One candidate ready to measure (:meth:`Campaign.prepare`); :meth:`measure` is the part
+    that may run on another thread: it touches nothing but the worker client it is given."""
+
+    spec: KernelSpec
+    candidate: Candidate
+    incumbent: Candidate | None
+    gate: EvalResult | None  # the static gate's rejection: nothing to measure
+    derived_skip: tuple[str, ...]
+    lenient_derived: bool
+    remeasure: bool = False
+    phases: dict[str, float] = field(default_factory=dict)
+    started_at: float = 0.0  # time.time() when measured
+    wall_s: float = 0.0
+
+    def measure(self, client: WorkerClient) -> EvalResult:
+        self.started_at = time.time()
+        t0 = time.monotonic()
+        result = self.gate or client.evaluate(
+            self.spec,
+            self.candidate,
+            self.incumbent,
+            derived_skip=self.derived_skip,
+            lenient_derived=self.lenient_derived,
+        )
+        self.wall_s = time.monotonic() - t0
+        return result
+
+
 class Campaign:
     """Drives the policy for one kernel, one evaluation per :meth:`step`."""
 
@@ -747,50 +777,89 @@ class Campaign:
         acceptance rule (:mod:`tuned.acceptance`) decides, re-measuring it in a fresh worker.
         ``phases``: seconds the candidate spent before the worker (compile pool, queue), kept
         with the worker's own in the result's ``phase_seconds``.
+
+        In three parts for a pipeline with several GPUs (:mod:`tuned.pipeline`): what needs
+        the store before (:meth:`prepare`, this thread), the measurement on a GPU's worker
+        (:meth:`Prepared.measure`, any thread: it touches its client alone), and what needs
+        the store after (:meth:`finish`, this thread again).
         """
+        prepared = self.prepare(candidate, phases=phases)
+        return self.finish(prepared, prepared.measure(self.client))
+
+    def prepare(
+        self, candidate: Candidate, *, phases: Mapping[str, float] | None = None
+    ) -> Prepared:
+        """Record ``candidate`` and fix what its measurement needs (the incumbent to time it
+        against, the derived shapes to skip, the static gate's verdict)."""
         self.store.add_candidate(candidate)
         incumbent = None
         if candidate.provenance is not Provenance.ORIGINAL:
             incumbent = self._incumbent()
-        result, wall = self._measure(candidate, incumbent, phases=phases)
-        if incumbent is not None and result.outcome is Outcome.OK:
-            self._judge(candidate, incumbent, result)
-        if self.on_result is not None:
-            self.on_result(self.spec, candidate, result, self.summary())
-        return _trial_row(candidate, result, wall)
+        return self._prepared(candidate, incumbent, phases=phases)
 
-    def _measure(
+    def finish(
+        self, prepared: Prepared, result: EvalResult, *, client: WorkerClient | None = None
+    ) -> TrialRow:
+        """Store the measured ``result`` and apply the acceptance rule; a re-measurement
+        runs on ``client`` (the worker of the GPU that measured it; default: the campaign's)."""
+        result = self._record(prepared, result)
+        incumbent = prepared.incumbent
+        if incumbent is not None and result.outcome is Outcome.OK:
+            client = client or self.client
+            current = self._incumbent()
+            if current is not None and current.id != incumbent.id:
+                # Another GPU's candidate became the best while this one was measured: if
+                # it looked faster than the old best, time it again against the new one.
+                first = _interval(result, self.acceptance, self.settings.seed)
+                if first is None or decide(first, self.acceptance) == "not_significant":
+                    incumbent = None
+                else:
+                    incumbent = current
+                    again = self._prepared(prepared.candidate, current, remeasure=True)
+                    result = self._record(again, again.measure(client))
+            if incumbent is not None and result.outcome is Outcome.OK:
+                self._judge(prepared.candidate, incumbent, result, client)
+        if self.on_result is not None:
+            self.on_result(self.spec, prepared.candidate, result, self.summary())
+        return _trial_row(prepared.candidate, result, prepared.wall_s)
+
+    def _prepared(
         self,
         candidate: Candidate,
         incumbent: Candidate | None,
         *,
         remeasure: bool = False,
         phases: Mapping[str, float] | None = None,
-    ) -> tuple[EvalResult, float]:
-        started = time.time()
-        t0 = time.monotonic()
+    ) -> Prepared:
         original = candidate.provenance is Provenance.ORIGINAL
         # LLM-written modules pass the full static gate first (tuned.llm.gate); a reference
         # entry's later modules keep its seed's launcher signature.
         seed = self._seed_of() if self.spec.reference_only else None
         original_source = None if seed is None else seed.source
-        gate = gate_result(self.spec, candidate, original_source=original_source)
-        result = gate or self.client.evaluate(
-            self.spec,
-            candidate,
-            incumbent,
-            derived_skip=() if original else self._derived_unusable(),
+        return Prepared(
+            spec=self.spec,
+            candidate=candidate,
+            incumbent=incumbent,
+            gate=gate_result(self.spec, candidate, original_source=original_source),
+            derived_skip=() if original else tuple(self._derived_unusable()),
             lenient_derived=original,
+            remeasure=remeasure,
+            phases=dict(phases or {}),
         )
-        wall = time.monotonic() - t0
-        if remeasure:
+
+    def _record(self, prepared: Prepared, result: EvalResult) -> EvalResult:
+        if prepared.remeasure:
             result = replace(result, metadata={**result.metadata, "remeasure": True})
-        if phases:
-            result = replace(result, phase_seconds={**phases, **result.phase_seconds})
+        if prepared.phases:
+            result = replace(result, phase_seconds={**prepared.phases, **result.phase_seconds})
         self.store.record_evaluation(
-            candidate, self.fingerprint, result, started_at=started, wall_s=wall
+            prepared.candidate,
+            self.fingerprint,
+            result,
+            started_at=prepared.started_at,
+            wall_s=prepared.wall_s,
         )
-        return result, wall
+        return result
 
     def _derived_unusable(self) -> list[str]:
         """Derived shapes the original itself fails on: not checked for candidates."""
@@ -805,7 +874,9 @@ class Campaign:
             return self.store.candidate(cid, self.spec.generation)
         return self._baseline_candidate()
 
-    def _judge(self, candidate: Candidate, incumbent: Candidate, result: EvalResult) -> None:
+    def _judge(
+        self, candidate: Candidate, incumbent: Candidate, result: EvalResult, client: WorkerClient
+    ) -> None:
         first = _interval(result, self.acceptance, self.settings.seed)
         if first is None:
             return
@@ -817,8 +888,9 @@ class Campaign:
             if floor is not None:
                 status, first_record["held_reason"] = "held", floor
         if status == "remeasure":
-            self.client.fresh()  # the next evaluation runs in a fresh worker
-            again, _ = self._measure(candidate, incumbent, remeasure=True)
+            client.fresh()  # the next evaluation runs in a fresh worker
+            prepared = self._prepared(candidate, incumbent, remeasure=True)
+            again = self._record(prepared, prepared.measure(client))
             second = _interval(again, self.acceptance, self.settings.seed + 1)
             status = "not_confirmed" if second is None else decide(first, self.acceptance, second)
         if status == "not_significant":

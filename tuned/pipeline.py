@@ -44,14 +44,15 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import Any
 
 from policies import Suggestion
-from tuned.campaign import Campaign, CampaignSummary
+from tuned.campaign import Campaign, CampaignSummary, Prepared
 from tuned.evaluation.client import WorkerClient
 from tuned.evaluation.compile_pool import (
     CompilePool,
@@ -66,6 +67,7 @@ from tuned.store.base import TrialRow
 __all__ = [
     "GPU_QUEUE_PHASE",
     "CampaignPipeline",
+    "MultiGpuPipeline",
     "PipelineSettings",
     "compile_workers_for",
     "evaluate_ahead",
@@ -225,12 +227,13 @@ class CampaignPipeline:
             return _done(candidate, "the static gate decides in the campaign")
         return self.pool.submit(spec, candidate)
 
-    def _wait(self, item: _InFlight) -> Precompiled:
-        """The pool's answer; bounded even if the pool itself failed (then: not compiled)."""
+    def _wait(self, item: _InFlight, *, interruptible: bool = True) -> Precompiled:
+        """The pool's answer; bounded even if the pool itself failed (then: not compiled).
+        ``interruptible``: a stop request interrupts the wait (the calling thread only)."""
         s = self.pool.settings
         bound = s.startup_timeout_s + s.load_timeout_s + s.compile_timeout_s + 60.0
         deadline = time.monotonic() + bound
-        with self.interruptible():
+        with self.interruptible() if interruptible else contextlib.nullcontext():
             while True:
                 try:
                     return item.future.result(
@@ -243,6 +246,180 @@ class CampaignPipeline:
                             bound,
                         )
                         return _done(item.candidate, "the compile pool gave no answer").result()
+
+
+@dataclass
+class _Running:
+    """A candidate on a GPU lane: compiling, then measured by that lane's worker."""
+
+    campaign: Campaign
+    item: _InFlight
+    prepared: Prepared
+    lane: int
+    future: Future[tuple[Precompiled, EvalResult | None, float]]
+
+
+class MultiGpuPipeline(CampaignPipeline):
+    """Several GPUs of one box: one worker per GPU (``lanes``, each pinned to its GPU by its
+    client's ``CUDA_VISIBLE_DEVICES``), all fed by the one compile pool.
+
+    Each lane measures one candidate at a time, on a thread of its own that touches nothing
+    but that lane's worker client; everything that reads or writes the store (proposals,
+    :meth:`Campaign.prepare`, :meth:`Campaign.finish` with the acceptance rule's
+    re-measurement on the lane that measured, :meth:`Campaign.observe`) stays on the
+    calling thread. So benchmarks never share a GPU, and lanes measure in parallel.
+
+    Differences from one GPU: an idle lane takes the first candidate the pool is done
+    with (lanes in turn), so a lane never waits for a compile while a compiled candidate
+    waits; results are observed in the order they finish, not the order proposed (the GPUs
+    race); ``lookahead`` grows by one per extra lane (one candidate in flight per lane, and
+    ``lookahead`` waiting). A result of another campaign that finishes
+    while this one is stepped is kept and recorded at that campaign's next step (its lane
+    goes on meanwhile). Lane 0's client is the campaigns' own (``Campaign.client``): the
+    baseline and anything else a campaign measures itself run there, and the hardware
+    feedback's profiling (on the daemon's first GPU) waits until lane 0 is idle.
+    """
+
+    def __init__(
+        self,
+        *,
+        pool: CompilePool,
+        lanes: Sequence[WorkerClient],
+        settings: PipelineSettings | None = None,
+        interruptible: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
+    ) -> None:
+        if len(lanes) < 1:
+            raise ValueError("a multi-GPU pipeline needs at least one lane")
+        super().__init__(pool=pool, settings=settings, interruptible=interruptible)
+        self.lanes = list(lanes)
+        self.lookahead = self.settings.lookahead + len(self.lanes) - 1
+        self._threads = [
+            ThreadPoolExecutor(1, thread_name_prefix=f"gpu-lane-{i}") for i in range(len(lanes))
+        ]
+        self._running: dict[int, _Running] = {}
+        self._held: dict[str, deque[_Running]] = {}
+        #: Evaluations measured per lane (for status and tests).
+        self.measured = [0] * len(self.lanes)
+        self._next_lane = 0
+
+    def step(self, campaign: Campaign) -> TrialRow | None:
+        queue = self._queue(campaign)
+        while True:
+            self._collect()
+            held = self._held.get(campaign.spec.name)
+            if held:
+                row = self._finish(held.popleft())
+                self._fill(campaign, queue, evaluating=None)
+                self._dispatch(campaign, queue)
+                return row
+            self._fill(campaign, queue, evaluating=None)
+            self._dispatch(campaign, queue)
+            mine = [r.future for r in self._running.values() if r.campaign is campaign]
+            if not mine and not queue:  # the baseline, or nothing left: lane 0's client
+                self._drain(0)
+                return campaign.step()
+            idle = len(self._running) < len(self.lanes)
+            compiling = [i.future for i in queue] if idle else []
+            others = [r.future for r in self._running.values()]
+            self._wait_for([*mine, *compiling] or others)
+
+    def forget(self, kernel: str) -> None:
+        super().forget(kernel)
+        self._held.pop(kernel, None)
+
+    def close(self) -> None:
+        for thread in self._threads:
+            thread.shutdown(wait=False, cancel_futures=True)
+        self._running.clear()
+        self._held.clear()
+        super().close()
+
+    # -- internals
+
+    def _fill(
+        self, campaign: Campaign, queue: deque[_InFlight], evaluating: _InFlight | None
+    ) -> None:
+        """As one GPU's, with every candidate of this campaign on a lane or held pending."""
+        name = campaign.spec.name
+        busy = [r.item for r in self._running.values() if r.campaign is campaign]
+        busy += [r.item for r in self._held.get(name, ())]
+        cap = self.settings.lookahead + len(self.lanes)  # one measuring per lane, + waiting
+        while len(queue) + len(busy) < cap:
+            pending = [i.suggestion for i in [*queue, *busy]]
+            want = min(self.settings.batch_size, cap - len(busy) - len(queue))
+            batch = campaign.propose_batch(want, pending)
+            if not batch:
+                break
+            for suggestion, candidate in batch:
+                queue.append(
+                    _InFlight(suggestion, candidate, self._submit(campaign.spec, candidate))
+                )
+        if self.settings.speculate:
+            self._speculate(campaign, queue, busy[0] if busy else None)
+
+    def _dispatch(self, campaign: Campaign, queue: deque[_InFlight]) -> None:
+        """Give idle lanes this campaign's candidates the pool is done with, in the order
+        proposed (a lane never waits for a compile while a compiled candidate waits)."""
+        n = len(self.lanes)
+        for lane in [(self._next_lane + k) % n for k in range(n)]:  # round robin
+            if lane in self._running:
+                continue
+            item = next((i for i in queue if i.future.done()), None)
+            if item is None:
+                return
+            queue.remove(item)
+            self._next_lane = (lane + 1) % n
+            prepared = campaign.prepare(item.candidate)
+            future = self._threads[lane].submit(self._measure, lane, item, prepared)
+            self._running[lane] = _Running(campaign, item, prepared, lane, future)
+
+    def _measure(
+        self, lane: int, item: _InFlight, prepared: Prepared
+    ) -> tuple[Precompiled, EvalResult | None, float]:
+        """On lane ``lane``'s thread: wait for the pool, then measure (or not, on failure)."""
+        precompiled = self._wait(item, interruptible=False)  # signals are the caller's
+        gpu_queue = max(0.0, time.monotonic() - precompiled.finished_at)
+        if not precompiled.ready:
+            return precompiled, None, gpu_queue
+        return precompiled, prepared.measure(self.lanes[lane]), gpu_queue
+
+    def _collect(self) -> None:
+        """Move finished measurements to their campaign's held results (frees the lanes)."""
+        for lane, running in list(self._running.items()):
+            if running.future.done():
+                del self._running[lane]
+                self._held.setdefault(running.campaign.spec.name, deque()).append(running)
+
+    def _wait_for(self, futures: Sequence[Future[Any]]) -> None:
+        """Until one of ``futures`` is done (a measurement, or a compile an idle lane wants)."""
+        with self.interruptible():
+            while futures and not any(f.done() for f in futures):
+                wait(futures, timeout=1.0, return_when=FIRST_COMPLETED)
+
+    def _drain(self, lane: int) -> None:
+        """Wait until ``lane`` measures nothing (its result is held for its campaign)."""
+        running = self._running.get(lane)
+        if running is not None:
+            self._wait_for([running.future])
+            self._collect()
+
+    def _finish(self, running: _Running) -> TrialRow:
+        campaign, item = running.campaign, running.item
+        precompiled, result, gpu_queue = running.future.result()
+        phases = {**precompiled.result.phase_seconds, GPU_QUEUE_PHASE: gpu_queue}
+        self.measured[running.lane] += result is not None
+        if result is None:
+            failed = _with_phases(precompiled.result, phases)
+            row = campaign.record(item.candidate, failed, wall_s=sum(phases.values()))
+        else:
+            running.prepared.phases.update(phases)
+            # A re-measurement runs on the lane that measured, once it is idle again.
+            self._drain(running.lane)
+            row = campaign.finish(running.prepared, result, client=self.lanes[running.lane])
+        if campaign.hardware is not None:
+            self._drain(0)  # profiling runs on the first GPU: never beside a measurement
+        campaign.observe(item.suggestion, row)
+        return row
 
 
 def compile_workers_for(configured: int | None, *, interpreter: bool) -> int:
@@ -262,17 +439,28 @@ def pipeline_for(
     workers: int,
     settings: PipelineSettings | None = None,
     interruptible: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
+    lanes: Sequence[WorkerClient] = (),
 ) -> CampaignPipeline:
     """A pipeline whose pool compiles for ``client``'s GPU (``client.start()`` first: the
-    worker reports its target) into the Triton cache directory the worker reads."""
+    worker reports its target) into the Triton cache directory the worker reads.
+
+    ``lanes``: with more than one (``client`` first, every one reading ``client``'s cache
+    directory), a :class:`MultiGpuPipeline` measuring on all of them."""
     target = CompileTarget.from_dict(client.target) if client.target else None
     pool = CompilePool(
         workdir=client.workdir.parent / f"{client.workdir.name}-compile",
-        cache_dir=client.workdir / "triton-cache",
+        cache_dir=client.cache_dir,
         settings=client.settings,
         workers=workers,
         target=target,
     )
+    if len(lanes) > 1:
+        if lanes[0] is not client or any(c.cache_dir != client.cache_dir for c in lanes):
+            pool.close()
+            raise ValueError("lanes start with the client and share its Triton cache")
+        return MultiGpuPipeline(
+            pool=pool, lanes=lanes, settings=settings, interruptible=interruptible
+        )
     return CampaignPipeline(pool=pool, settings=settings, interruptible=interruptible)
 
 

@@ -81,10 +81,17 @@ class GpuConfig:
     """When the GPU counts as busy with foreign work, and what to do about it."""
 
     index: int = 0
+    #: Several GPUs of this box, one benchmark worker each (NVML indexes); empty: ``index``.
+    indexes: tuple[int, ...] = ()
     busy_utilization_percent: float = 10.0
     busy_memory_bytes: int = 1 << 30
     check_interval_s: float = 15.0
     throttle_retries: int = 3
+
+    @property
+    def lanes(self) -> tuple[int, ...]:
+        """The GPUs measured on, the first one first."""
+        return self.indexes or (self.index,)
 
 
 @dataclass(frozen=True)
@@ -203,6 +210,17 @@ def _listen(value: object) -> tuple[Any, str | None]:
     return value, None
 
 
+def _indexes(value: object) -> tuple[Any, str | None]:
+    allowed = "a list of distinct GPU indexes (integers >= 0), e.g. [0, 1, 2, 3], or []"
+    if not isinstance(value, list):
+        return None, allowed
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+        return None, allowed
+    if len(set(value)) != len(value):
+        return None, allowed
+    return tuple(int(v) for v in value), None
+
+
 def _thresholds(value: object) -> tuple[Any, str | None]:
     allowed = "a mapping of sm, dram, l2 to SOL fractions in (0, 1], e.g. {sm: 0.8, dram: 0.7}"
     if not isinstance(value, Mapping) or not set(value) <= {"sm", "dram", "l2"}:
@@ -248,6 +266,7 @@ _SECTIONS: dict[str, tuple[type[Any], dict[str, Check]]] = {
         GpuConfig,
         {
             "index": number(0, integer=True),
+            "indexes": _indexes,
             "busy_utilization_percent": number(0.0, 100.0),
             "busy_memory_bytes": number(0, integer=True),
             "check_interval_s": number(0.05),

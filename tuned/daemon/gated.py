@@ -45,8 +45,11 @@ class GatedWorkerClient(WorkerClient):
         interruptible: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
         spare: bool = False,
         env: Mapping[str, str] | None = None,
+        cache_dir: Path | None = None,
     ) -> None:
-        super().__init__(workdir=workdir, settings=settings, spare=spare, env=env)
+        super().__init__(
+            workdir=workdir, settings=settings, spare=spare, env=env, cache_dir=cache_dir
+        )
         self.monitor = monitor
         self.retries = retries
         self.interruptible = interruptible

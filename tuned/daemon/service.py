@@ -33,7 +33,7 @@ from tuned.daemon.notify import Notifier, Watchdog
 from tuned.daemon.scheduler import Scheduler
 from tuned.daemon.signals import SignalGate
 from tuned.daemon.watcher import RegistryChanges, RegistryWatcher
-from tuned.errors import TunedError
+from tuned.errors import TunedError, WorkerError
 from tuned.evaluation.client import EvaluationSettings, WorkerClient
 from tuned.evaluation.replay import ReplayClient
 from tuned.llm.proposer import LlmProposer
@@ -142,7 +142,10 @@ class Daemon:
         #: Kernels whose open work other daemons hold -> when to pick them again.
         self._fleet_waits: dict[str, float] = {}
         self._client: GatedWorkerClient | None = None
+        #: One worker client per GPU of gpu.indexes, the first being ``_client``.
+        self._lanes: list[GatedWorkerClient] = []
         self._monitor: GpuMonitor | None = None
+        self._monitors: list[GpuMonitor] = []
         self._collector: StoreCollector | None = None
         self._busy_reason: str | None = None
         #: Compiles candidates ahead while the GPU measures; None: one at a time in the worker.
@@ -193,30 +196,66 @@ class Daemon:
         self.server = MetricsServer(host=cfg.metrics.host, port=cfg.metrics.port, registry=registry)
         self.server.start()
         interpreter = _interpreter_mode(cfg.device)
-        self._monitor = self.monitor_factory(cfg, interpreter)
-        devices = self._monitor.devices()
+        lanes = cfg.gpu.lanes
+        self._monitors = [
+            self.monitor_factory(
+                dataclasses.replace(cfg, gpu=dataclasses.replace(cfg.gpu, index=i)), interpreter
+            )
+            for i in lanes
+        ]
+        self._monitor = self._monitors[0]
+        devices = [d for m in self._monitors for d in m.devices()]
         if devices and "CUDA_VISIBLE_DEVICES" not in os.environ:
             os.environ["CUDA_VISIBLE_DEVICES"] = devices[0].uuid  # the GPU NVML watches
         gpus = tuple(GpuLabels(str(d.index), d.uuid, d.model, "gpu") for d in devices) or (
             GpuLabels("interpreter" if interpreter else "unmonitored", "", "none", "interpreter"),
         )
         self.live.update(gpus=gpus, gpu_busy={g.gpu: False for g in gpus})
-        self._client = GatedWorkerClient(
-            workdir=cfg.state_dir / "workers" / "0",
-            settings=self._evaluation_settings(interpreter),
-            monitor=self._monitor,
-            retries=cfg.gpu.throttle_retries,
-            interruptible=self.signals.interruptible,
-            spare=not interpreter,  # a re-measurement need not wait for a worker's start
-        )
+        several = len(lanes) > 1
+        for n, (index, monitor) in enumerate(zip(lanes, self._monitors, strict=True)):
+            seen = monitor.devices()
+            pin = seen[0].uuid if seen else str(index)
+            self._lanes.append(
+                GatedWorkerClient(
+                    workdir=cfg.state_dir / "workers" / str(n),
+                    settings=self._evaluation_settings(interpreter),
+                    monitor=monitor,
+                    retries=cfg.gpu.throttle_retries,
+                    # Lanes measure on threads of their own: only the main thread's waits
+                    # are interrupted by a stop (tuned.pipeline.MultiGpuPipeline).
+                    interruptible=contextlib.nullcontext if several else self.signals.interruptible,
+                    spare=not interpreter,  # a re-measurement need not wait for a start
+                    env={"CUDA_VISIBLE_DEVICES": pin} if several else None,
+                    cache_dir=cfg.state_dir / "workers" / "0" / "triton-cache",
+                )
+            )
+        self._client = self._lanes[0]
         self._hardware = self._new_hardware(interpreter)
-        with self.watchdog.busy(cfg.evaluation.startup_timeout_s):
+        with self.watchdog.busy(cfg.evaluation.startup_timeout_s * len(lanes)):
             self._set_fingerprint(self._client.start())
+            for lane in self._lanes[1:]:
+                if fingerprint_id(lane.start()) != self.fingerprint:
+                    raise WorkerError(
+                        f"GPU {lane.env.get('CUDA_VISIBLE_DEVICES')} is not the same model, "
+                        "driver and software as the first: one daemon per kind of GPU "
+                        "(gpu.indexes, docs/fleet.md)"
+                    )
         workers = compile_workers_for(cfg.evaluation.compile_workers, interpreter=interpreter)
+        if several and not workers:
+            log.warning(
+                "gpu.indexes lists %d GPUs but evaluation.compile_workers is 0: measuring "
+                "on the first GPU only (several GPUs are fed by the compile pool)",
+                len(lanes),
+            )
         if workers:  # after the worker's start: it tells the pool which GPU to compile for
             self._pipeline = pipeline_for(
-                self._client, workers=workers, interruptible=self.signals.interruptible
+                self._client,
+                workers=workers,
+                interruptible=self.signals.interruptible,
+                lanes=self._lanes,
             )
+            if several:
+                log.info("measuring on %d GPUs: %s", len(lanes), ", ".join(map(str, lanes)))
         # The LLM proposer (docs/llm.md): None when not configured; parametric tuning either way.
         self._llm = open_proposer(
             cfg.llm,
@@ -260,8 +299,8 @@ class Daemon:
         self.watchdog.stop()
         if self._pipeline is not None:
             self._pipeline.close()  # kills every compile process's group
-        if self._client is not None:
-            self._client.close()  # kills the worker's process group
+        for lane in self._lanes:
+            lane.close()  # kills the worker's process group
         if self._renewer is not None:
             self._renewer.stop()
         if self._claims is not None and self._store is not None:
@@ -279,8 +318,8 @@ class Daemon:
             with contextlib.suppress(TunedError):
                 self._store.checkpoint()
             self._store.close()
-        if self._monitor is not None:
-            self._monitor.close()
+        for monitor in self._monitors:
+            monitor.close()
         if self._llm is not None:
             self._llm.close()
         self.notifier.close()
@@ -387,7 +426,8 @@ class Daemon:
 
     def _gpu_busy(self) -> bool:
         assert self._monitor is not None and self._client is not None
-        reason = self._monitor.foreign_work(self._client.own_pids())
+        own = {p for lane in self._lanes for p in lane.own_pids()}
+        reason = next((r for m in self._monitors if (r := m.foreign_work(own)) is not None), None)
         if reason != self._busy_reason:
             if reason:
                 log.info("pausing: %s", reason)
@@ -493,6 +533,14 @@ class Daemon:
             if getattr(new, key) != getattr(self.config, key):
                 log.warning("%s changed: it takes effect at the next restart", key)
         new = dataclasses.replace(new, **{k: getattr(self.config, k) for k in fixed})
+        if new.gpu.lanes != self.config.gpu.lanes:
+            log.warning("gpu.index/indexes changed: it takes effect at the next restart")
+            new = dataclasses.replace(
+                new,
+                gpu=dataclasses.replace(
+                    new.gpu, index=self.config.gpu.index, indexes=self.config.gpu.indexes
+                ),
+            )
         policy_changed = (new.policy, new.seed, new.profiling) != (
             self.config.policy,
             self.config.seed,
@@ -507,8 +555,9 @@ class Daemon:
             self._hardware = self._new_hardware(self._client.settings.interpreter)
             if self._client.fingerprint:
                 self._hardware.set_fingerprint(self._client.fingerprint)
-        self._client.settings = self._evaluation_settings(self._client.settings.interpreter)
-        self._client.retries = new.gpu.throttle_retries
+        for lane in self._lanes:
+            lane.settings = self._evaluation_settings(self._client.settings.interpreter)
+            lane.retries = new.gpu.throttle_retries
         if registry_changed:
             self.watcher = RegistryWatcher(new.registry.path)
             self._reconciled = False
@@ -556,8 +605,8 @@ class Daemon:
             self._hardware.set_fingerprint(fingerprint)
 
     def _publish(self) -> None:
-        restarts = max(0, self._client.starts - 1) if self._client else 0
-        discarded = self._client.discarded if self._client else 0
+        restarts = sum(max(0, lane.starts - 1) for lane in self._lanes)
+        discarded = sum(lane.discarded for lane in self._lanes)
         self.live.update(
             kernel_states=self.scheduler.states(),
             worker_restarts_total=restarts,

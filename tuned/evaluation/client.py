@@ -12,7 +12,8 @@ restart after a crash) is there at once instead of after PyTorch's import and CU
 start-up (seconds on a GPU box, per acceptance). The spare has done nothing when it takes
 over: for the candidate it measures, it is as fresh as a worker started then. Each process
 has its own directory (``workdir``, then ``workdir/spare-0`` and ``spare-1`` in turn: its
-``stderr.log`` and modules); all share the Triton cache ``workdir/triton-cache``.
+``stderr.log`` and modules); all share the Triton cache (``workdir/triton-cache`` unless
+``cache_dir`` says otherwise).
 """
 
 from __future__ import annotations
@@ -152,8 +153,12 @@ class WorkerClient:
         python: str = sys.executable,
         spare: bool = False,
         env: Mapping[str, str] | None = None,
+        cache_dir: Path | None = None,
     ) -> None:
         self.workdir = workdir
+        #: The Triton cache the worker reads (and the compile pool writes): ``workdir``'s own,
+        #: or one shared by the workers of several GPUs (:class:`tuned.pipeline.MultiGpuPipeline`).
+        self.cache_dir = cache_dir or workdir / "triton-cache"
         self.settings = settings
         self.python = python
         #: Keep a started worker waiting to take over (see the module docstring).
@@ -249,7 +254,7 @@ class WorkerClient:
                 "tuned.evaluation.worker",
                 directory,
                 settings=self.settings,
-                cache_dir=self.workdir / "triton-cache",
+                cache_dir=self.cache_dir,
                 env=self.env,
             )
         except OSError as exc:
