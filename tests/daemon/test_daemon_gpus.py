@@ -76,9 +76,7 @@ def test_a_daemon_measures_on_every_gpu_it_is_given(
         metrics=MetricsConfig(listen=f"127.0.0.1:{free_port()}"),
     )
     live = LiveStatus()
-    daemon = Daemon(
-        config, monitor_factory=lambda cfg, interp: gpus[cfg.gpu.index], live=live
-    )
+    daemon = Daemon(config, monitor_factory=lambda cfg, interp: gpus[cfg.gpu.index], live=live)
     db = tmp_path / "state" / "ktuned.sqlite"
     seen: dict[str, object] = {}
 

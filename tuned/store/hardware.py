@@ -88,9 +88,7 @@ class Hardware(Records):
         or below each bound) of their durations."""
         upto = upto_seq
         if upto is None:
-            upto = int(
-                self._query("SELECT COALESCE(MAX(seq), 0) AS s FROM profiling_runs")[0]["s"]
-            )
+            upto = int(self._query("SELECT COALESCE(MAX(seq), 0) AS s FROM profiling_runs")[0]["s"])
         window = (after_seq, upto)
         statuses = {
             r["status"]: int(r["n"])
