@@ -180,23 +180,29 @@ class CampaignPipeline:
     def _fill(
         self, campaign: Campaign, queue: deque[_InFlight], evaluating: _InFlight | None
     ) -> None:
-        while len(queue) < self.lookahead:
-            pending = [i.suggestion for i in queue]
-            if evaluating is not None:
-                pending.append(evaluating.suggestion)
-            want = min(self.settings.batch_size, self.lookahead - len(queue))
+        busy = [] if evaluating is None else [evaluating]
+        self._top_up(campaign, queue, busy, self.lookahead + len(busy))
+
+    def _top_up(
+        self, campaign: Campaign, queue: deque[_InFlight], busy: list[_InFlight], cap: int
+    ) -> None:
+        """Propose until ``cap`` of the campaign's candidates are in flight (``busy``: on a
+        GPU, or measured and not observed yet), then speculate."""
+        while len(queue) + len(busy) < cap:
+            pending = [i.suggestion for i in [*queue, *busy]]
+            want = min(self.settings.batch_size, cap - len(busy) - len(queue))
             batch = campaign.propose_batch(want, pending)
             if not batch:
-                return
+                break
             for suggestion, candidate in batch:
                 queue.append(
                     _InFlight(suggestion, candidate, self._submit(campaign.spec, candidate))
                 )
         if self.settings.speculate:
-            self._speculate(campaign, queue, evaluating)
+            self._speculate(campaign, queue, busy)
 
     def _speculate(
-        self, campaign: Campaign, queue: deque[_InFlight], evaluating: _InFlight | None
+        self, campaign: Campaign, queue: deque[_InFlight], busy: list[_InFlight]
     ) -> None:
         """Give the pool's idle processes the candidates the policy is likely to propose
         next (each candidate once per campaign), keeping ``lookahead`` processes free for
@@ -207,14 +213,10 @@ class CampaignPipeline:
         done = self._speculated.setdefault(campaign.spec.name, set())
         if len(done) > 50_000:  # a long-lived campaign: forget (the Triton cache remembers)
             done.clear()
-        exclude = {i.candidate.id for i in queue} | done
-        if evaluating is not None:
-            exclude.add(evaluating.candidate.id)
+        exclude = {i.candidate.id for i in [*queue, *busy]} | done
         from tuned.llm.gate import gate_result
 
-        in_flight = [i.suggestion for i in queue]
-        if evaluating is not None:
-            in_flight.append(evaluating.suggestion)
+        in_flight = [i.suggestion for i in [*queue, *busy]]
         for candidate in campaign.likely_next(room, in_flight, exclude):
             done.add(candidate.id)
             if gate_result(campaign.spec, candidate) is None:
@@ -343,19 +345,8 @@ class MultiGpuPipeline(CampaignPipeline):
         name = campaign.spec.name
         busy = [r.item for r in self._running.values() if r.campaign is campaign]
         busy += [r.item for r in self._held.get(name, ())]
-        cap = self.settings.lookahead + len(self.lanes)  # one measuring per lane, + waiting
-        while len(queue) + len(busy) < cap:
-            pending = [i.suggestion for i in [*queue, *busy]]
-            want = min(self.settings.batch_size, cap - len(busy) - len(queue))
-            batch = campaign.propose_batch(want, pending)
-            if not batch:
-                break
-            for suggestion, candidate in batch:
-                queue.append(
-                    _InFlight(suggestion, candidate, self._submit(campaign.spec, candidate))
-                )
-        if self.settings.speculate:
-            self._speculate(campaign, queue, busy[0] if busy else None)
+        # One measuring per lane, and `lookahead` waiting.
+        self._top_up(campaign, queue, busy, self.settings.lookahead + len(self.lanes))
 
     def _dispatch(self, campaign: Campaign, queue: deque[_InFlight]) -> None:
         """Give idle lanes this campaign's candidates the pool is done with, in the order

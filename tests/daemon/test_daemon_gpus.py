@@ -21,6 +21,7 @@ from tuned.daemon.config import (
 )
 from tuned.daemon.gpu import GpuDevice, ThrottleMark
 from tuned.daemon.service import Daemon
+from tuned.errors import StoreError
 from tuned.metrics import LiveStatus
 from tuned.pipeline import MultiGpuPipeline
 from tuned.store.sqlite import SqliteStore
@@ -81,9 +82,10 @@ def test_a_daemon_measures_on_every_gpu_it_is_given(
     seen: dict[str, object] = {}
 
     def evaluations() -> int:
-        if not db.exists():
+        try:
+            store = SqliteStore.open_reader(db)
+        except StoreError:  # not created yet, or its tables not yet
             return 0
-        store = SqliteStore.open_reader(db)
         try:
             return sum(n for n in store.evaluation_totals().outcomes.values())
         finally:
