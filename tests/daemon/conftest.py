@@ -16,6 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from tuned.errors import StoreError
+from tuned.store.sqlite import SqliteStore
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -174,3 +177,15 @@ def start_daemon(tmp_path: Path) -> Iterator[StartDaemon]:
             os.killpg(d.proc.pid, signal.SIGKILL)
             d.proc.wait()
         d.notify.close()
+
+
+def evaluation_count(db: Path) -> int:
+    """Evaluations in a daemon's SQLite store (0 before the store, or its tables, exist)."""
+    try:
+        store = SqliteStore.open_reader(db)
+    except StoreError:
+        return 0
+    try:
+        return sum(store.evaluation_totals().outcomes.values())
+    finally:
+        store.close()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import WriteEntry
-from tests.daemon.conftest import free_port, wait_for
+from tests.daemon.conftest import evaluation_count, free_port, wait_for
 from tuned.daemon.config import (
     ConfigError,
     DaemonConfig,
@@ -21,7 +21,6 @@ from tuned.daemon.config import (
 )
 from tuned.daemon.gpu import GpuDevice, ThrottleMark
 from tuned.daemon.service import Daemon
-from tuned.errors import StoreError
 from tuned.metrics import LiveStatus
 from tuned.pipeline import MultiGpuPipeline
 from tuned.store.sqlite import SqliteStore
@@ -82,14 +81,7 @@ def test_a_daemon_measures_on_every_gpu_it_is_given(
     seen: dict[str, object] = {}
 
     def evaluations() -> int:
-        try:
-            store = SqliteStore.open_reader(db)
-        except StoreError:  # not created yet, or its tables not yet
-            return 0
-        try:
-            return sum(n for n in store.evaluation_totals().outcomes.values())
-        finally:
-            store.close()
+        return evaluation_count(db)
 
     def control() -> None:
         try:

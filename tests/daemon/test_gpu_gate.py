@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import WriteEntry
-from tests.daemon.conftest import free_port, wait_for
+from tests.daemon.conftest import evaluation_count, free_port, wait_for
 from tuned.daemon.config import (
     DaemonConfig,
     EvaluationConfig,
@@ -25,7 +25,6 @@ from tuned.evaluation.client import EvaluationSettings, WorkerClient
 from tuned.metrics import LiveStatus
 from tuned.outcomes import Candidate, EvalResult, Outcome, Provenance
 from tuned.registry import KernelSpec, load_entry
-from tuned.store.sqlite import SqliteStore
 
 
 class FakeGpu:
@@ -76,13 +75,7 @@ def test_the_daemon_waits_while_foreign_work_uses_the_gpu(
     seen: dict[str, object] = {}
 
     def evaluations() -> int:
-        if not db.exists():
-            return 0
-        store = SqliteStore.open_reader(db)
-        try:
-            return sum(n for n in store.evaluation_totals().outcomes.values())
-        finally:
-            store.close()
+        return evaluation_count(db)
 
     def control() -> None:
         try:

@@ -203,12 +203,19 @@ SLOW_ADD_SOURCE = ADD_SOURCE.replace(
 
 @dataclass
 class FleetDaemon:
-    """A ``ktuned run`` process of a fleet test, with its notify socket and log."""
+    """A ``ktuned run`` process of a fleet test, with its notify socket, log and metrics."""
 
     proc: subprocess.Popen[bytes]
+    port: int
     notify: NotifySocket
     log: Path
     state: Path
+
+    def metrics(self) -> str:
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10) as r:
+            return str(r.read().decode())
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
@@ -223,6 +230,46 @@ class FleetDaemon:
 
 
 StartFleetDaemon = Callable[..., FleetDaemon]
+
+
+def launch_fleet_daemon(
+    tmp_path: Path, url: str, name: str, *, registry: Path, lease_s: float
+) -> FleetDaemon:
+    """Start ``ktuned run`` (interpreter mode) on ``registry`` and the store ``url``, with its
+    own state directory, metrics port and notify socket. The daemon never converges: it
+    keeps stepping its kernels while the test runs."""
+    state, port = tmp_path / name, free_port()
+    config = tmp_path / f"{name}.yaml"
+    config.write_text(
+        f"state_dir: {state}\ndevice: interpreter\nstore: {url}\n"
+        f"fleet_lease_s: {lease_s}\n"
+        f"registry: {{path: {registry}, poll_interval_s: 5}}\n"
+        "scheduler: {converge_after: 100000}\n"
+        f'metrics: {{listen: "127.0.0.1:{port}"}}\n'
+    )
+    notify = NotifySocket(tmp_path / f"{name}.sock")
+    log = tmp_path / f"{name}.log"
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root), "NOTIFY_SOCKET": str(notify.path)}
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tuned.cli", "run", "--config", str(config)],
+            env=env,
+            cwd=root,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+        )
+    return FleetDaemon(proc, port, notify, log, state)
+
+
+def stop_fleet_daemons(started: list[FleetDaemon]) -> None:
+    """Kill every daemon of a test still running, and close their sockets."""
+    for d in started:
+        if d.proc.poll() is None:
+            os.killpg(d.proc.pid, signal.SIGKILL)
+            d.proc.wait()
+        d.notify.close()
 
 
 @pytest.fixture
@@ -248,35 +295,9 @@ def start_fleet(tmp_path: Path) -> Iterator[StartFleetDaemon]:
                 SLOW_ADD_SOURCE.format(slow=repr(slow), default=repr(default_s))
             )
             (entry / "kernel.yaml").write_text(ADD_YAML.format(name="add"))
-        state = tmp_path / name
-        config = tmp_path / f"{name}.yaml"
-        config.write_text(
-            f"state_dir: {state}\ndevice: interpreter\nstore: {url}\n"
-            f"fleet_lease_s: {lease_s}\n"
-            f"registry: {{path: {registry}, poll_interval_s: 5}}\n"
-            "scheduler: {converge_after: 100000}\n"
-            f'metrics: {{listen: "127.0.0.1:{free_port()}"}}\n'
-        )
-        notify = NotifySocket(tmp_path / f"{name}.sock")
-        log = tmp_path / f"{name}.log"
-        root = Path(__file__).resolve().parents[2]
-        env = {**os.environ, "PYTHONPATH": str(root), "NOTIFY_SOCKET": str(notify.path)}
-        with log.open("wb") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "tuned.cli", "run", "--config", str(config)],
-                env=env,
-                cwd=root,
-                stdout=out,
-                stderr=out,
-                start_new_session=True,
-            )
-        daemon = FleetDaemon(proc, notify, log, state)
+        daemon = launch_fleet_daemon(tmp_path, url, name, registry=registry, lease_s=lease_s)
         started.append(daemon)
         return daemon
 
     yield run
-    for d in started:
-        if d.proc.poll() is None:
-            os.killpg(d.proc.pid, signal.SIGKILL)
-            d.proc.wait()
-        d.notify.close()
+    stop_fleet_daemons(started)

@@ -10,16 +10,14 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.daemon.conftest import NotifySocket, free_port, wait_for
+from tests.daemon.conftest import wait_for
+from tests.store.conftest import FleetDaemon, launch_fleet_daemon, stop_fleet_daemons
 from tuned.errors import StoreError
 from tuned.store.postgres import PostgresStore
 
@@ -30,64 +28,20 @@ KERNEL = "convolution-a6000-replay"
 pytestmark = pytest.mark.timeout(240)
 
 
-@dataclass
-class Daemon:
-    proc: subprocess.Popen[bytes]
-    port: int
-    notify: NotifySocket
-    log: Path
-    state: Path
-
-    def metrics(self) -> str:
-        import urllib.request
-
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10) as r:
-            return str(r.read().decode())
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-
-StartDaemon = Callable[..., Daemon]
+StartDaemon = Callable[..., FleetDaemon]
 
 
 @pytest.fixture
 def start(tmp_path: Path) -> Iterator[StartDaemon]:
-    started: list[Daemon] = []
+    started: list[FleetDaemon] = []
 
-    def run(url: str, name: str, *, lease_s: float = 60.0) -> Daemon:
-        state, port = tmp_path / name, free_port()
-        config = tmp_path / f"{name}.yaml"
-        config.write_text(
-            f"state_dir: {state}\ndevice: interpreter\nstore: {url}\n"
-            f"fleet_lease_s: {lease_s}\n"
-            f"registry: {{path: {REGISTRY}, poll_interval_s: 5}}\n"
-            # Never converge: the daemons keep stepping the one kernel while the test runs.
-            "scheduler: {converge_after: 100000}\n"
-            f'metrics: {{listen: "127.0.0.1:{port}"}}\n'
-        )
-        notify = NotifySocket(tmp_path / f"{name}.sock")
-        log = tmp_path / f"{name}.log"
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "NOTIFY_SOCKET": str(notify.path)}
-        with log.open("wb") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "tuned.cli", "run", "--config", str(config)],
-                env=env,
-                cwd=ROOT,
-                stdout=out,
-                stderr=out,
-                start_new_session=True,
-            )
-        daemon = Daemon(proc, port, notify, log, state)
+    def run(url: str, name: str, *, lease_s: float = 60.0) -> FleetDaemon:
+        daemon = launch_fleet_daemon(tmp_path, url, name, registry=REGISTRY, lease_s=lease_s)
         started.append(daemon)
         return daemon
 
     yield run
-    for d in started:
-        if d.proc.poll() is None:
-            os.killpg(d.proc.pid, signal.SIGKILL)
-            d.proc.wait()
-        d.notify.close()
+    stop_fleet_daemons(started)
 
 
 def _rows(url: str, sql: str, args: tuple[object, ...] = ()) -> list[tuple[object, ...]]:

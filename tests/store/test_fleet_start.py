@@ -18,7 +18,6 @@ from tests.daemon.conftest import wait_for
 from tests.store.conftest import PostgresServer
 from tests.store.test_fleet_daemon import (
     KERNEL,
-    Daemon,
     StartDaemon,
     _duplicates,
     _evaluations,
@@ -33,17 +32,6 @@ from tuned.store.postgres import PostgresStore
 from tuned.store.sqlite import SqliteStore
 
 pytestmark = pytest.mark.timeout(240)
-
-
-def wait_ready(d: Daemon, timeout: float = 180.0) -> None:
-    """Wait for READY=1, failing at once (with the daemon's log) if it exits first."""
-
-    def done() -> bool:
-        d.notify.drain()
-        return d.proc.poll() is not None or any(m.get("READY") == "1" for m in d.notify.messages)
-
-    wait_for(done, timeout, "READY=1")
-    assert d.proc.poll() is None, d.output()
 
 
 def test_registry_writes_made_offline_reach_the_database_once(
@@ -100,7 +88,7 @@ def test_a_daemon_started_during_an_outage_tunes_and_syncs_once(
 ) -> None:
     outage.stop()  # down before the daemon starts: a fresh fleet database, never reached
     d = start(postgres_url, "a")
-    wait_ready(d)
+    d.wait_ready()
     outbox = d.state / "outbox.sqlite"
     wait_for(lambda: len(_outbox_evaluations(outbox)) >= 10, 120, "10 evaluations in the outbox")
     assert d.proc.poll() is None, d.output()

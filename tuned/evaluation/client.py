@@ -171,22 +171,19 @@ class WorkerClient:
         self._spare: _Child | None = None
         self._dying: list[subprocess.Popen[bytes]] = []  # killed by fresh(), not reaped yet
         self._spares_started = 0
-        self._dir = workdir  # the running worker's own directory
         self.fingerprint: dict[str, str] | None = None
         #: The GPU the worker compiles for (``worker.compile_target``); ``None`` in the
         #: interpreter. Set by :meth:`start`.
         self.target: dict[str, Any] | None = None
         self.starts = 0
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._to_worker: int | None = None
-        self._reader: _LineReader | None = None
+        self._child: _Child | None = None  # the running worker
 
     # -- lifecycle
 
     def start(self) -> dict[str, str]:
         """Start a worker (if none runs; the spare takes over when there is one) and return
         the software/hardware fingerprint."""
-        if self._proc is not None and self._proc.poll() is None and self.fingerprint:
+        if self._child is not None and self._child.proc.poll() is None and self.fingerprint:
             return self.fingerprint
         self._stop_current()
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -205,7 +202,7 @@ class WorkerClient:
             message = self._take(self._spawn(self.workdir))
         if message is None or message.get("type") != "ready":
             reason = message.get("reason") if message else self._death_reason("starting")
-            where = self._dir / "stderr.log"
+            where = self._dir() / "stderr.log"
             self._stop_current()
             raise WorkerError(f"the evaluation worker did not start: {reason}; see {where}")
         self.fingerprint = {str(k): str(v) for k, v in message["fingerprint"].items()}
@@ -219,17 +216,15 @@ class WorkerClient:
 
         The old worker's group is killed at once but reaped later: a CUDA process takes
         a second or two to exit, and the spare need not wait for that."""
-        if self._proc is not None and self._proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self._proc.pid, signal.SIGKILL)
-            self._dying.append(self._proc)
-            self._proc = None
-        self._stop_current()
+        if self._child is not None:
+            self._child.stop(wait=False)
+            self._dying.append(self._child.proc)
+            self._child = None
         self._dying = [p for p in self._dying if p.poll() is None]
 
     def pids(self) -> set[int]:
         """The worker's and the spare's process ids (their GPU use is this client's)."""
-        return {p.pid for p in (self._proc, self._spare.proc if self._spare else None) if p}
+        return {c.proc.pid for c in (self._child, self._spare) if c is not None}
 
     @property
     def spare_pid(self) -> int | None:
@@ -265,7 +260,7 @@ class WorkerClient:
     def _start_spare(self) -> None:
         """Start the next spare in the directory the running worker does not use."""
         directory = self.workdir / f"spare-{self._spares_started % 2}"
-        if directory == self._dir:
+        if directory == self._dir():
             self._spares_started += 1
             directory = self.workdir / f"spare-{self._spares_started % 2}"
         self._spares_started += 1
@@ -276,29 +271,20 @@ class WorkerClient:
 
     def _take(self, child: _Child) -> dict[str, Any] | None:
         """Make ``child`` the running worker; its first message (``None``: none in time)."""
-        self._proc, self._to_worker, self._reader, self._dir = (
-            child.proc,
-            child.to_worker,
-            child.reader,
-            child.directory,
-        )
+        self._child = child
         line = child.reader.read_line(self.settings.startup_timeout_s)
         message: dict[str, Any] | None = json.loads(line) if line else None
         return message
 
     def _stop_current(self) -> None:
         """Stop the running worker and its whole process group (the spare keeps waiting)."""
-        if self._proc is not None:
-            if self._proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self._proc.pid, signal.SIGKILL)
-            self._proc.wait()
-            self._proc = None
-        for fd in (self._to_worker, self._reader.fd if self._reader else None):
-            if fd is not None:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-        self._to_worker, self._reader = None, None
+        if self._child is not None:
+            self._child.stop()
+            self._child = None
+
+    def _dir(self) -> Path:
+        """The running worker's own directory (its ``stderr.log``)."""
+        return self.workdir if self._child is None else self._child.directory
 
     def __enter__(self) -> WorkerClient:
         return self
@@ -327,7 +313,8 @@ class WorkerClient:
         if rejection:
             return EvalResult(Outcome.REJECTED_STATIC, reason=rejection, phase="static")
         self.start()
-        assert self._to_worker is not None and self._reader is not None
+        assert self._child is not None
+        child = self._child
         request = {
             "op": "evaluate",
             "kernel": _kernel_payload(spec),
@@ -346,13 +333,13 @@ class WorkerClient:
             },
         }
         try:
-            os.write(self._to_worker, (json.dumps(request) + "\n").encode())
+            os.write(child.to_worker, (json.dumps(request) + "\n").encode())
         except BrokenPipeError:
             return self._crashed("load", time.monotonic())
         phase, phase_started, started = "load", time.monotonic(), time.monotonic()
         while True:
             remaining = self.settings.deadline(phase) - (time.monotonic() - phase_started)
-            line = self._reader.read_line(max(remaining, 0.0))
+            line = child.reader.read_line(max(remaining, 0.0))
             if line is None:
                 self._stop_current()
                 limit = self.settings.deadline(phase)
@@ -402,9 +389,9 @@ class WorkerClient:
 
     def _death_reason(self, phase: str) -> str:
         code = None
-        if self._proc is not None:
+        if self._child is not None:
             try:
-                code = self._proc.wait(timeout=10)
+                code = self._child.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 code = None
         if code is None:
@@ -413,7 +400,7 @@ class WorkerClient:
             how = f"was killed by {signal.Signals(-code).name}"
         else:
             how = f"exited with status {code}"
-        tail = _tail(self._dir / "stderr.log")
+        tail = _tail(self._dir() / "stderr.log")
         return f"the worker {how} during {phase}" + (f"; stderr ends: {tail}" if tail else "")
 
 
@@ -426,11 +413,13 @@ class _Child:
     reader: _LineReader
     directory: Path
 
-    def stop(self) -> None:
+    def stop(self, *, wait: bool = True) -> None:
+        """Kill the whole process group and close the pipes; ``wait``: reap it now."""
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
+        if wait:
+            self.proc.wait()
         for fd in (self.to_worker, self.reader.fd):
             with contextlib.suppress(OSError):
                 os.close(fd)
