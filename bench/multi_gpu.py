@@ -28,7 +28,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tuned.campaign import Campaign, TuneSettings  # noqa: E402
-from tuned.evaluation.client import EvaluationSettings, WorkerClient  # noqa: E402
+from tuned.evaluation.client import GPU_SPARES, EvaluationSettings, WorkerClient  # noqa: E402
 from tuned.evaluation.compile_pool import default_compile_workers  # noqa: E402
 from tuned.pipeline import pipeline_for  # noqa: E402
 from tuned.registry import load_entry  # noqa: E402
@@ -104,7 +104,7 @@ def run(entry: Path, lanes_n: int, budget: int, gpus: GpuProcesses) -> dict[str,
             RecordingClient(
                 workdir=work / "workers" / str(i),
                 settings=settings,
-                spare=True,
+                spares=GPU_SPARES,
                 env={"CUDA_VISIBLE_DEVICES": gpus.uuids[i]},
                 cache_dir=cache,
             )

@@ -17,7 +17,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["TimingSettings", "gpu_median_seconds", "interleaved_samples", "wall_median_seconds"]
+__all__ = [
+    "Interleaved",
+    "TimingSettings",
+    "gpu_median_seconds",
+    "interleaved_samples",
+    "interleaved_timing",
+    "wall_median_seconds",
+]
 
 
 @dataclass(frozen=True)
@@ -30,6 +37,11 @@ class TimingSettings:
     max_reps: int = 1000
     flush_bytes: int = 256 * 1024 * 1024  # larger than any current GPU's L2
     interpreter_reps: int = 3
+    #: Screening (:func:`interleaved_timing`): a first round of this many milliseconds per
+    #: function (0: none), which ends the measurement when the candidate's median is above
+    #: ``screen_slower`` times the incumbent's.
+    screen_ms: float = 20.0
+    screen_slower: float = 1.05
 
 
 def gpu_median_seconds(
@@ -93,35 +105,95 @@ def interleaved_samples(
     On a GPU each call is timed by its own CUDA events after an L2 flush; on a CPU (Triton's
     interpreter) by wall clock, ``interpreter_reps`` rounds.
     """
-    if gpu:
-        return _interleaved_gpu(fns, settings)
-    samples: list[list[float]] = [[] for _ in fns]
-    for rep in range(max(1, settings.interpreter_reps)):
-        order = range(len(fns)) if rep % 2 == 0 else reversed(range(len(fns)))
-        for i in order:
-            t0 = time.perf_counter()
-            fns[i]()
-            samples[i].append(time.perf_counter() - t0)
-    return samples
+    return interleaved_timing(fns, gpu=gpu, settings=settings).samples
+
+
+@dataclass(frozen=True)
+class Interleaved:
+    """What :func:`interleaved_timing` measured: seconds per repetition of each function, and
+    whether the screening round ended it (``fns[0]`` clearly slower than another)."""
+
+    samples: list[list[float]]
+    screened: bool = False
+
+
+def interleaved_timing(
+    fns: Sequence[Callable[[], Any]],
+    *,
+    gpu: bool,
+    settings: TimingSettings = TimingSettings(),
+    screen: bool = False,
+) -> Interleaved:
+    """:func:`interleaved_samples`, with an optional screening round on a GPU.
+
+    With ``screen`` (the evaluation worker: ``fns[0]`` is the candidate, the others the
+    incumbent), a short interleaved round of ``screen_ms`` per function comes first. If the
+    candidate's median there is above ``screen_slower`` times another function's, the round's
+    samples are the result: a candidate that much slower cannot clear the acceptance rule's
+    minimum gain, and timing it for the full ``target_ms`` would only refine how much slower
+    it is. Otherwise the full measurement follows (the screening samples are dropped), exactly
+    as without ``screen``. Every candidate is still timed interleaved with the incumbent.
+    """
+    if not gpu:
+        samples: list[list[float]] = [[] for _ in fns]
+        for rep in range(max(1, settings.interpreter_reps)):
+            order = range(len(fns)) if rep % 2 == 0 else reversed(range(len(fns)))
+            for i in order:
+                t0 = time.perf_counter()
+                fns[i]()
+                samples[i].append(time.perf_counter() - t0)
+        return Interleaved(samples)
+    return _interleaved_gpu(fns, settings, screen=screen and len(fns) > 1)
 
 
 def _interleaved_gpu(
-    fns: Sequence[Callable[[], Any]], settings: TimingSettings
-) -> list[list[float]]:
+    fns: Sequence[Callable[[], Any]], settings: TimingSettings, *, screen: bool
+) -> Interleaved:
     import torch
 
     flush = torch.empty(settings.flush_bytes // 4, dtype=torch.int32, device="cuda")
-    # Size the repetitions from the slowest function's estimate.
-    estimates = [
-        gpu_median_seconds(
-            fn,
-            TimingSettings(target_ms=10, min_reps=3, max_reps=20, flush_bytes=settings.flush_bytes),
-        )[0]
-        for fn in fns
-    ]
-    per_round_ms = max(sum(estimates) * 1e3, 1e-3)
+    # One call of each (flush included), averaged over a few, sizes warm-up and repetitions.
+    estimates = [_estimate_ms(fn, flush) for fn in fns]
+    per_round_ms = max(sum(estimates), 1e-3)
+    warmup_rounds = max(1, int(settings.warmup_ms / per_round_ms))
+    for _ in range(warmup_rounds):
+        for fn in fns:
+            fn()
     reps = int(settings.target_ms * len(fns) / per_round_ms)
     reps = max(settings.min_reps, min(settings.max_reps, reps))
+    if screen and settings.screen_ms > 0:
+        short = int(settings.screen_ms * len(fns) / per_round_ms)
+        short = max(settings.min_reps, min(reps, short))
+        if short < reps:
+            first = _timed_rounds(fns, flush, short)
+            medians = [statistics.median(s) for s in first]
+            if medians[0] > settings.screen_slower * min(medians[1:]):
+                del flush
+                return Interleaved(first, screened=True)
+    samples = _timed_rounds(fns, flush, reps)
+    del flush
+    return Interleaved(samples)
+
+
+def _estimate_ms(fn: Callable[[], Any], flush: Any, calls: int = 5) -> float:
+    """Milliseconds of one flush and call of ``fn``, averaged over ``calls``."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        flush.zero_()
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return max(float(start.elapsed_time(end)) / calls, 1e-3)
+
+
+def _timed_rounds(fns: Sequence[Callable[[], Any]], flush: Any, reps: int) -> list[list[float]]:
+    """``reps`` rounds over ``fns`` (alternating order), each call after an L2 flush and
+    between its own pair of CUDA events; seconds per call."""
+    import torch
+
     events = [
         [
             (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
@@ -138,5 +210,4 @@ def _interleaved_gpu(
             fns[i]()
             end.record()
     torch.cuda.synchronize()
-    del flush
     return [[s.elapsed_time(e) / 1e3 for s, e in per_fn] for per_fn in events]

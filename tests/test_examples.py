@@ -92,3 +92,37 @@ def test_gpu_timer_measures_a_real_kernel() -> None:
     large, samples = gpu_median_seconds(lambda: x.mul_(1.0))
     assert len(samples) >= 10
     assert 0 < small < large  # 16x the bytes takes longer
+
+
+def test_a_candidate_far_slower_than_its_incumbent_is_screened_on_a_gpu(
+    client: WorkerClient,
+) -> None:
+    """The matmul at 256 x 256 x 32 with 4 warps (spills; 35x the best on an H100) against
+    128 x 256 x 64 with 8: on a GPU the screening round ends the timing of every timed case
+    (far fewer samples than the incumbent timed against itself); the interpreter screens
+    nothing."""
+    spec = next(s for s in SCAN.entries if s.name == "matmul")
+
+    def at(m: int, n: int, k: int, warps: int) -> Candidate:
+        knobs = {"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "num_warps": warps}
+        return Candidate(
+            kernel=spec.name,
+            generation=spec.generation,
+            source=spec.module_source,
+            knobs={**spec.baseline_knobs, **knobs, "GROUP_M": 8, "num_stages": 3},
+            provenance=Provenance.PARAMETRIC,
+        )
+
+    incumbent = at(128, 256, 64, 8)
+    slow = client.evaluate(spec, at(256, 256, 32, 4), incumbent)
+    same = client.evaluate(spec, incumbent, incumbent)
+    assert slow.outcome is same.outcome is Outcome.OK, (slow.reason, same.reason)
+    if not has_gpu():
+        assert slow.metadata["screened"] == same.metadata["screened"] == []
+        return
+    assert set(slow.metadata["screened"]) == set(slow.timings)
+    assert same.metadata["screened"] == []
+    for label in slow.timings:
+        screened = len(slow.metadata["samples"][label])
+        assert screened == len(slow.metadata["incumbent_samples"][label])
+        assert screened < len(same.metadata["samples"][label]) / 2

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tuned.campaign import Campaign, CampaignSummary, OnResult, TuneSettings
 from tuned.errors import BadInputError
-from tuned.evaluation.client import EvaluationSettings, WorkerClient
+from tuned.evaluation.client import GPU_SPARES, EvaluationSettings, WorkerClient
 from tuned.evaluation.replay import ReplayClient
 from tuned.registry import KernelSpec, Problem, scan_registry
 from tuned.store.api import Store
@@ -124,7 +124,7 @@ def tune_registry(
     with WorkerClient(
         workdir=state_dir / "workers" / "0",
         settings=evaluation,
-        spare=not evaluation.interpreter,  # a re-measurement need not wait for a start
+        spares=0 if evaluation.interpreter else GPU_SPARES,  # a re-measurement need not wait
     ) as client:
         fingerprint: dict[str, str] = {}
         campaigns = []

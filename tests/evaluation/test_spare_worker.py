@@ -43,31 +43,37 @@ def test_a_fresh_worker_is_the_waiting_spare_and_a_new_spare_follows(
     settings = EvaluationSettings(interpreter=True)
     good = _candidate(spec, spec.module_source, 128)
     aborts = _candidate(spec, ADD_SOURCE + "\nimport os\nos.abort()\n", 128)
-    client = WorkerClient(workdir=tmp_path / "w", settings=settings, spare=True)
+    client = WorkerClient(workdir=tmp_path / "w", settings=settings, spares=2)
     try:
         client.start()
         first = client.pids()
-        assert len(first) == 2  # the worker and its spare
-        assert client.evaluate(spec, good).outcome is Outcome.OK
+        assert len(first) == 3  # the worker and its two spares
+        cold = client.evaluate(spec, good)
+        assert cold.outcome is Outcome.OK
 
         spare = client.spare_pid
         assert spare in first
         client.fresh()  # what the acceptance rule does before a re-measurement
-        assert client.pids() == {spare}  # only the spare is left
-        assert client.evaluate(spec, good).outcome is Outcome.OK  # measured by the spare
-        assert client.spare_takeovers == 1
+        assert len(client.pids()) == 2 and client.pids() < first  # only the spares are left
+        warm = client.evaluate(spec, good)  # measured by the spare
+        assert warm.outcome is Outcome.OK
+        assert client.spare_takeovers == 1 and spare in client.pids()
+        # The spare prepared for the kernel (the original through correctness) before it
+        # took over: the same candidate found its cases made, where the cold worker made them.
+        cold_cache, warm_cache = cold.metadata["case_cache"], warm.metadata["case_cache"]
+        assert warm_cache["misses"] == cold_cache["misses"] > 0
+        assert warm_cache["hits"] >= cold_cache["hits"] + cold_cache["misses"]
         now = client.pids()
-        second_spare = client.spare_pid
-        assert now == {spare, second_spare} and second_spare != spare  # a new spare waits
+        assert len(now) == 3 and len(now - first) == 1  # a new spare waits
 
-        # A crash: the next evaluation runs in the spare, not in a cold start.
+        # A crash: the next evaluation runs in a spare, not in a cold start.
         crash = client.evaluate(spec, aborts)
         assert crash.outcome is Outcome.CRASH, crash
         assert client.evaluate(spec, good).outcome is Outcome.OK
-        assert second_spare in client.pids() and client.spare_takeovers == 2
+        assert client.spare_takeovers == 2 and client.starts == 5
         # Each process wrote its own stderr log.
-        assert (tmp_path / "w" / "spare-0" / "stderr.log").exists()
-        assert (tmp_path / "w" / "spare-1" / "stderr.log").exists()
+        for name in ("spare-0", "spare-1", "spare-2"):
+            assert (tmp_path / "w" / name / "stderr.log").exists()
         everyone = first | now | client.pids()
     finally:
         client.close()
@@ -80,7 +86,7 @@ def test_a_spare_that_cannot_start_falls_back_to_a_cold_start(
 ) -> None:
     spec = load_entry(write_entry())
     client = WorkerClient(
-        workdir=tmp_path / "w", settings=EvaluationSettings(interpreter=True), spare=True
+        workdir=tmp_path / "w", settings=EvaluationSettings(interpreter=True), spares=1
     )
     try:
         client.start()

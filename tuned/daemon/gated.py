@@ -43,12 +43,12 @@ class GatedWorkerClient(WorkerClient):
         monitor: GpuMonitor,
         retries: int,
         interruptible: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
-        spare: bool = False,
+        spares: int = 0,
         env: Mapping[str, str] | None = None,
         cache_dir: Path | None = None,
     ) -> None:
         super().__init__(
-            workdir=workdir, settings=settings, spare=spare, env=env, cache_dir=cache_dir
+            workdir=workdir, settings=settings, spares=spares, env=env, cache_dir=cache_dir
         )
         self.monitor = monitor
         self.retries = retries
@@ -56,7 +56,7 @@ class GatedWorkerClient(WorkerClient):
         self.discarded = 0
 
     def own_pids(self) -> set[int]:
-        """This process, the worker and its spare: their GPU use is not foreign work."""
+        """This process, the worker and its spares: their GPU use is not foreign work."""
         return {os.getpid(), *self.pids()}
 
     def start(self) -> dict[str, str]:

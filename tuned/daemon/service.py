@@ -34,7 +34,7 @@ from tuned.daemon.scheduler import Scheduler
 from tuned.daemon.signals import SignalGate
 from tuned.daemon.watcher import RegistryChanges, RegistryWatcher
 from tuned.errors import TunedError, WorkerError
-from tuned.evaluation.client import EvaluationSettings, WorkerClient
+from tuned.evaluation.client import GPU_SPARES, EvaluationSettings, WorkerClient
 from tuned.evaluation.replay import ReplayClient
 from tuned.llm.proposer import LlmProposer
 from tuned.llm.setup import open_proposer
@@ -224,7 +224,7 @@ class Daemon:
                     # Lanes measure on threads of their own: only the main thread's waits
                     # are interrupted by a stop (tuned.pipeline.MultiGpuPipeline).
                     interruptible=contextlib.nullcontext if several else self.signals.interruptible,
-                    spare=not interpreter,  # a re-measurement need not wait for a start
+                    spares=0 if interpreter else GPU_SPARES,  # a re-measurement need not wait
                     env={"CUDA_VISIBLE_DEVICES": pin} if several else None,
                     cache_dir=cfg.state_dir / "workers" / "0" / "triton-cache",
                 )

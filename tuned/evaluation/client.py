@@ -6,12 +6,17 @@ one passes, the whole group is killed (``SIGKILL``) and the evaluation is record
 ``timeout``. A worker that dies (abort, signal, CUDA fault) yields ``crash`` with the signal and
 the tail of its stderr; the next evaluation starts a fresh worker.
 
-With ``spare=True`` (on a GPU: the daemon and ``ktuned tune``), a second worker is started
-ahead and waits, idle, so that a fresh worker (the acceptance rule's re-measurement, or a
-restart after a crash) is there at once instead of after PyTorch's import and CUDA's
-start-up (seconds on a GPU box, per acceptance). The spare has done nothing when it takes
-over: for the candidate it measures, it is as fresh as a worker started then. Each process
-has its own directory (``workdir``, then ``workdir/spare-0`` and ``spare-1`` in turn: its
+With ``spares=N`` (on a GPU: :data:`GPU_SPARES`, for the daemon and ``ktuned tune``), N more
+workers are started ahead and wait, so that a fresh worker (the acceptance rule's
+re-measurement, or a restart after a crash) is there at once instead of after PyTorch's
+import and CUDA's start-up (seconds on a GPU box, per acceptance); two, because acceptances
+come seconds apart early in a campaign, faster than one spare starts. Once the client has
+evaluated a kernel, each spare is asked to *prepare* for it: it runs the kernel's original
+module (trusted code, the registry's own) at its baseline knobs through the correctness
+checks, which makes the cases' inputs and reference outputs and starts Triton's and
+PyTorch's lazily loaded machinery. No candidate code has run in a spare when it takes over:
+for the candidate it measures, it is as fresh as a worker started then. Each process has its
+own directory (``workdir``, then ``workdir/spare-0``, ``spare-1``, ... in turn: its
 ``stderr.log`` and modules); all share the Triton cache (``workdir/triton-cache`` unless
 ``cache_dir`` says otherwise).
 """
@@ -19,6 +24,7 @@ has its own directory (``workdir``, then ``workdir/spare-0`` and ``spare-1`` in 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -142,6 +148,14 @@ class _LineReader:
         return line
 
 
+#: Spare workers kept started on a GPU (see the module docstring).
+GPU_SPARES = 2
+
+#: A prepare request larger than this is not sent: a spare reads it only once started, and a
+#: write larger than the pipe's buffer would block until then.
+_PREPARE_MAX_BYTES = 32 * 1024
+
+
 class WorkerClient:
     """One worker subprocess, restarted as needed. Not thread-safe: one evaluation at a time."""
 
@@ -151,7 +165,7 @@ class WorkerClient:
         workdir: Path,
         settings: EvaluationSettings,
         python: str = sys.executable,
-        spare: bool = False,
+        spares: int = 0,
         env: Mapping[str, str] | None = None,
         cache_dir: Path | None = None,
     ) -> None:
@@ -161,14 +175,14 @@ class WorkerClient:
         self.cache_dir = cache_dir or workdir / "triton-cache"
         self.settings = settings
         self.python = python
-        #: Keep a started worker waiting to take over (see the module docstring).
-        self.spare = spare
+        #: Started workers kept waiting to take over (see the module docstring).
+        self.spares = spares
         #: Variables set in the worker's environment over the daemon's (``CUDA_VISIBLE_DEVICES``
         #: of the GPU this client measures on).
         self.env = dict(env or {})
         #: Workers that took over from the spare (the rest of ``starts`` were started cold).
         self.spare_takeovers = 0
-        self._spare: _Child | None = None
+        self._spares: list[_Child] = []  # oldest first: the first to be ready
         self._dying: list[subprocess.Popen[bytes]] = []  # killed by fresh(), not reaped yet
         self._spares_started = 0
         self.fingerprint: dict[str, str] | None = None
@@ -187,7 +201,7 @@ class WorkerClient:
             return self.fingerprint
         self._stop_current()
         self.workdir.mkdir(parents=True, exist_ok=True)
-        spare, self._spare = self._spare, None
+        spare = self._spares.pop(0) if self._spares else None
         message = None
         if spare is not None:
             message = self._take(spare)
@@ -207,8 +221,8 @@ class WorkerClient:
             raise WorkerError(f"the evaluation worker did not start: {reason}; see {where}")
         self.fingerprint = {str(k): str(v) for k, v in message["fingerprint"].items()}
         self.target = message.get("target")
-        if self.spare:
-            self._start_spare()
+        while len(self._spares) < self.spares and self._start_spare():
+            pass
         return self.fingerprint
 
     def fresh(self) -> None:
@@ -223,20 +237,21 @@ class WorkerClient:
         self._dying = [p for p in self._dying if p.poll() is None]
 
     def pids(self) -> set[int]:
-        """The worker's and the spare's process ids (their GPU use is this client's)."""
-        return {c.proc.pid for c in (self._child, self._spare) if c is not None}
+        """The worker's and the spares' process ids (their GPU use is this client's)."""
+        children = [self._child, *self._spares]
+        return {c.proc.pid for c in children if c is not None}
 
     @property
     def spare_pid(self) -> int | None:
-        """The waiting spare's process id (``None``: no spare waits)."""
-        return None if self._spare is None else self._spare.proc.pid
+        """The process id of the spare that takes over next (``None``: no spare waits)."""
+        return self._spares[0].proc.pid if self._spares else None
 
     def close(self) -> None:
-        """Stop the worker and the spare, each with its whole process group."""
+        """Stop the worker and the spares, each with its whole process group."""
         self._stop_current()
-        if self._spare is not None:
-            self._spare.stop()
-            self._spare = None
+        for spare in self._spares:
+            spare.stop()
+        self._spares = []
         for proc in self._dying:
             proc.wait()
         self._dying = []
@@ -257,21 +272,65 @@ class WorkerClient:
         self.starts += 1
         return _Child(proc, req_w, _LineReader(res_r), directory)
 
-    def _start_spare(self) -> None:
-        """Start the next spare in the directory the running worker does not use."""
-        directory = self.workdir / f"spare-{self._spares_started % 2}"
-        if directory == self._dir():
+    def _start_spare(self) -> bool:
+        """Start one more spare, in a directory no other process of this client uses."""
+        busy = {c.directory for c in [self._child, *self._spares] if c is not None}
+        for _ in range(self.spares + 1):
+            directory = self.workdir / f"spare-{self._spares_started % (self.spares + 1)}"
             self._spares_started += 1
-            directory = self.workdir / f"spare-{self._spares_started % 2}"
-        self._spares_started += 1
+            if directory not in busy:
+                break
         try:
-            self._spare = self._spawn(directory)
+            self._spares.append(self._spawn(directory))
         except WorkerError as exc:
             log.warning("no spare worker: %s", exc)
+            return False
+        return True
+
+    def _prepare_spares(self, payload: Mapping[str, Any], options: Mapping[str, Any]) -> None:
+        """Ask each spare not yet asked to prepare for this kernel (see the module docstring);
+        its answer is read when it takes over (:meth:`_take`)."""
+        waiting = [c for c in self._spares if c.prepare is None]
+        if not waiting:
+            return
+        request = {
+            "op": "prepare",
+            "kernel": payload,
+            "candidate": {
+                "id": "prepare",
+                "source": payload["original_source"],
+                "knobs": dict(payload["baseline_knobs"]),
+            },
+            "options": {**options, "lenient_derived": True, "incumbent": None},
+        }
+        data = (json.dumps(request) + "\n").encode()
+        if len(data) > _PREPARE_MAX_BYTES:
+            return
+        for child in waiting:
+            child.prepare = str(payload["name"])
+            # One that died is found when it is taken (a cold start instead).
+            with contextlib.suppress(OSError):
+                os.write(child.to_worker, data)
 
     def _take(self, child: _Child) -> dict[str, Any] | None:
-        """Make ``child`` the running worker; its first message (``None``: none in time)."""
+        """Make ``child`` the running worker; its first message (``None``: none in time).
+
+        A spare asked to prepare answers that request too. A missing answer or a fatal
+        failure (the process is gone or its CUDA context broken) makes it unusable: the error
+        is returned and the caller starts one cold instead. A spare whose preparation failed
+        otherwise is still fresh, and is used."""
         self._child = child
+        message = self._read_message(child)
+        if child.prepare is not None and message is not None and message.get("type") == "ready":
+            answer = self._read_message(child)
+            if answer is None or answer.get("type") != "prepared" or answer.get("fatal"):
+                why = "no answer" if answer is None else answer.get("reason", answer.get("type"))
+                return {"type": "error", "reason": f"it did not prepare for {child.prepare}: {why}"}
+            if not answer.get("ok"):
+                log.info("the spare did not prepare for %s: %s", child.prepare, answer["reason"])
+        return message
+
+    def _read_message(self, child: _Child) -> dict[str, Any] | None:
         line = child.reader.read_line(self.settings.startup_timeout_s)
         message: dict[str, Any] | None = json.loads(line) if line else None
         return message
@@ -315,9 +374,11 @@ class WorkerClient:
         self.start()
         assert self._child is not None
         child = self._child
+        payload = _kernel_payload(spec)
+        self._prepare_spares(payload, self._options())
         request = {
             "op": "evaluate",
-            "kernel": _kernel_payload(spec),
+            "kernel": payload,
             "candidate": {
                 "id": candidate.id,
                 "source": candidate.source,
@@ -362,19 +423,11 @@ class WorkerClient:
                 return EvalResult.from_dict(message["result"])
 
     def _options(self) -> dict[str, Any]:
-        t = self.settings.timing
         return {
             "seeds": list(self.settings.seeds),
             "interpreter_max_size": self.settings.interpreter_max_size,
             "case_cache_bytes": self.settings.case_cache_bytes,
-            "timing": {
-                "target_ms": t.target_ms,
-                "warmup_ms": t.warmup_ms,
-                "min_reps": t.min_reps,
-                "max_reps": t.max_reps,
-                "flush_bytes": t.flush_bytes,
-                "interpreter_reps": t.interpreter_reps,
-            },
+            "timing": dataclasses.asdict(self.settings.timing),
         }
 
     def _crashed(self, phase: str, started: float) -> EvalResult:
@@ -412,6 +465,8 @@ class _Child:
     to_worker: int
     reader: _LineReader
     directory: Path
+    #: The kernel a spare was asked to prepare for (``None``: not asked; see ``_take``).
+    prepare: str | None = None
 
     def stop(self, *, wait: bool = True) -> None:
         """Kill the whole process group and close the pipes; ``wait``: reap it now."""

@@ -34,7 +34,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import IO, Any
 
-from profilers.timing import TimingSettings, interleaved_samples
+from profilers.timing import TimingSettings, interleaved_timing
 from tuned.evaluation.case_cache import DEFAULT_CAPACITY_BYTES, CaseCache
 from tuned.evaluation.checks import (
     CaseFailure,
@@ -283,8 +283,11 @@ class Evaluation:
         send: Callable[[Mapping[str, Any]], None],
         timers: TimerSnapshot,
         cache: CaseCache | None = None,
+        *,
+        correctness_only: bool = False,
     ) -> None:
         self.kernel = request["kernel"]
+        self.correctness_only = correctness_only  # a spare's preparation: no benchmark
         self.candidate = request["candidate"]
         self.options = request["options"]
         self.loader = loader
@@ -487,6 +490,9 @@ class Evaluation:
                     raise failure from exc
                 unusable.append(case.label)  # the original fails here: not a usable check
         del first_inputs, first_given, first_out
+        if self.correctness_only:
+            self.enter("done")
+            return {"outcome": "ok", "phase_seconds": self.phase_seconds}
 
         self.enter("benchmark")
         incumbent = None
@@ -501,15 +507,18 @@ class Evaluation:
             incumbent = getattr(inc_module, self.kernel["launcher"])
         samples: dict[str, list[float]] = {}
         incumbent_samples: dict[str, list[float]] = {}
+        screened: list[str] = []
         for case in self.timed_cases(cases):
             try:
-                mine, theirs = self.time_case(case, launcher, incumbent, reference, inputs_of)
+                mine, theirs, cut = self.time_case(case, launcher, incumbent, reference, inputs_of)
             except CaseFailure as failure:
                 failure.reason = f"{case.label}: {failure.reason}"
                 raise
             except Exception as exc:
                 raise classify_exception(exc, "benchmark") from exc
             samples[case.label] = mine
+            if cut:
+                screened.append(case.label)
             if theirs:
                 incumbent_samples[case.label] = theirs
         self.enter("done")
@@ -526,6 +535,7 @@ class Evaluation:
             "metadata": {
                 "samples": samples,
                 "incumbent_samples": incumbent_samples,
+                "screened": screened,
                 "derived_unusable": sorted(set(unusable)),
                 "case_cache": self.cache.stats.to_dict(),
                 "compile": summarize_compile_facts(self._compiled),
@@ -588,9 +598,11 @@ class Evaluation:
         incumbent: Callable[..., Any] | None,
         reference: Callable[..., Any],
         inputs_of: Callable[[Case], list[Any]],
-    ) -> tuple[list[float], list[float]]:
+    ) -> tuple[list[float], list[float], bool]:
         """Samples of the candidate (and of the incumbent, interleaved), alternating two input
-        sets; the candidate's outputs made while timed are verified afterwards."""
+        sets, and whether the screening round ended the timing (the candidate clearly slower
+        than the incumbent: :func:`profilers.timing.interleaved_timing`); the candidate's
+        outputs made while timed are verified afterwards."""
         seeds = list(self.options["seeds"])[:2]
         sets = [inputs_of(Case(case.dims, case.dtype, s, case.perf)) for s in seeds]
         pristine = [clone_inputs(x) for x in sets]
@@ -615,7 +627,10 @@ class Evaluation:
         settings = TimingSettings(**self.options.get("timing", {}))
         guard = self.guard(poison=None)
         with guard:
-            samples = interleaved_samples(fns, gpu=self.device == "cuda", settings=settings)
+            timed = interleaved_timing(
+                fns, gpu=self.device == "cuda", settings=settings, screen=True
+            )
+            samples = timed.samples
             while calls[0] < len(sets):  # too few timed calls to cover every set
                 candidate_fn()
         self._check_guard(guard, need_launch=True)
@@ -628,7 +643,32 @@ class Evaluation:
                 raise CaseFailure(
                     "cheat", f"outputs computed while timed are wrong ({failure.reason})"
                 ) from None
-        return samples[0], samples[1] if incumbent is not None else []
+        return samples[0], samples[1] if incumbent is not None else [], timed.screened
+
+
+def prepare(
+    request: Mapping[str, Any],
+    loader: ModuleLoader,
+    device: str,
+    timers: TimerSnapshot,
+    cache: CaseCache,
+) -> dict[str, Any]:
+    """A spare's preparation for a kernel (:class:`tuned.evaluation.client.WorkerClient`): the
+    kernel's original module, at its baseline knobs, through load, compile and correctness.
+    That fills the case cache with every case's inputs and reference outputs and starts what
+    PyTorch and Triton load lazily on a first call, so a re-measurement in this worker spends
+    its time on the candidate. Nothing is timed; phases are not reported."""
+    evaluation = Evaluation(
+        request, loader, device, lambda message: None, timers, cache, correctness_only=True
+    )
+    try:
+        evaluation.run()
+    except CaseFailure as failure:
+        return {"type": "prepared", "ok": False, "fatal": failure.fatal, "reason": failure.reason}
+    except Exception as exc:  # noqa: BLE001 - reported; the spare is still fresh and usable
+        what = "".join(traceback.format_exception_only(type(exc), exc))
+        return {"type": "prepared", "ok": False, "fatal": False, "reason": short(what)}
+    return {"type": "prepared", "ok": True, "seconds": sum(evaluation.phase_seconds.values())}
 
 
 def _serve(channel: Channel, device: str, loader: ModuleLoader, timers: TimerSnapshot) -> None:
@@ -637,6 +677,12 @@ def _serve(channel: Channel, device: str, loader: ModuleLoader, timers: TimerSna
         request = channel.receive()
         if request is None or request.get("op") == "exit":
             return
+        if request.get("op") == "prepare":
+            answer = prepare(request, loader, device, timers, cache)
+            channel.send(answer)
+            if answer.get("fatal"):
+                return  # e.g. a CUDA fault: the context is unusable, the client starts another
+            continue
         evaluation = Evaluation(request, loader, device, channel.send, timers, cache)
         fatal = False
         try:
