@@ -47,6 +47,24 @@ class TrialLog:
         self.epoch = 0
         self.reset()
 
+    def __deepcopy__(self, memo: dict[int, object]) -> TrialLog:
+        """An independent log of the same history, cheap enough for a policy copied every
+        step (:meth:`tuned.campaign.Campaign.likely_next` asks a copy what comes next):
+        its containers are copied; the entries (frozen) and the index (see
+        :meth:`SpaceIndex.__deepcopy__`) are shared."""
+        copy = TrialLog.__new__(TrialLog)
+        memo[id(self)] = copy
+        copy.index = self.index
+        copy.epoch = self.epoch
+        copy.ids = list(self.ids)
+        copy.seen = set(self.seen)
+        copy.failed = set(self.failed)
+        copy.ok = list(self.ok)
+        copy.ranked = list(self.ranked)
+        copy.by_id = dict(self.by_id)
+        copy.times = dict(self.times)
+        return copy
+
     @classmethod
     def for_space(cls, log: TrialLog | None, space: SearchSpace) -> TrialLog:
         """``log`` if it digests this space (equal knobs and restriction), else a new one.

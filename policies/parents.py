@@ -18,6 +18,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
+from copy import deepcopy
 
 from policies.history import TrialLog
 from policies.moves import NeighbourProposer
@@ -42,6 +43,22 @@ class ParentQueues:
         self._clusters: set[int] = set()
         self._heaps: dict[tuple[int, tuple[int, ...]], list[tuple[float, int]]] = {}
         self._exhausted: dict[tuple[int, ...], set[int]] = {k: set() for k in self.knob_sets}
+
+    def __deepcopy__(self, memo: dict[int, object]) -> ParentQueues:
+        """Independent queues over the copy of their log (the one in ``memo`` when the
+        whole policy is copied): the heaps, labels and exhausted sets are copied, the
+        proposer (settings only) is shared."""
+        copy = ParentQueues.__new__(ParentQueues)
+        memo[id(self)] = copy
+        copy.log = deepcopy(self.log, memo)
+        copy.epoch = self.epoch
+        copy.proposer = self.proposer
+        copy.knob_sets = self.knob_sets
+        copy.labels = list(self.labels)
+        copy._clusters = set(self._clusters)
+        copy._heaps = {key: list(heap) for key, heap in self._heaps.items()}
+        copy._exhausted = {key: set(done) for key, done in self._exhausted.items()}
+        return copy
 
     def reset(self, labels: Sequence[int]) -> None:
         """New cluster labels for all of ``log.ok`` (after a refit): rebuild every heap."""

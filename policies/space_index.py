@@ -86,6 +86,13 @@ class SpaceIndex:
             (i, j) for i in sizes for j in sizes if i < j and self.values[i] == self.values[j]
         )
 
+    def __deepcopy__(self, memo: dict[int, object]) -> SpaceIndex:
+        """The index itself: it is a function of its space, and its caches (validity,
+        enumeration) only memoize that function, so a copy of a policy shares it with
+        the original. Neither the space's ``is_valid`` (often a method of an evaluator,
+        e.g. a replay cache) nor what it has learnt is copied."""
+        return self
+
     def matches(self, space: SearchSpace) -> bool:
         """Whether ``space`` is this index's space: the same knobs and restriction."""
         return space is self.space or (

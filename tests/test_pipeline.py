@@ -237,7 +237,53 @@ def test_the_throughput_benchmark_runs_in_smoke_mode(tmp_path: Path) -> None:
         assert row["pipelined"]["outcome"] == "ok"
     summary = data["summary"]
     assert summary["pipelined_configs_per_min"] > 0 and summary["serial_configs_per_min"] > 0
-    assert summary["policy_reached_s"] is not None
+
+    # The referee: (a)'s and (b)'s top 8 of 4 configurations are all 4, each timed once a
+    # round; its best is the fastest by the median over rounds, ratio 1.
+    referee = data["referee"]
+    assert summary["referee_configurations"] == len(referee["rows"]) == 4
+    assert summary["referee_rounds"] == referee["rounds"] == 10 == len(referee["orders"])
+    assert all(sorted(order) == [0, 1, 2, 3] for order in referee["orders"])
+    times = {}
+    for row in referee["rows"]:
+        assert row["error"] is None and len(row["round_s"]) == 10
+        times[json.dumps(row["knobs"], sort_keys=True)] = row["referee_s"]
+    best = min(times.values())
+    assert times[json.dumps(summary["referee_best"], sort_keys=True)] == best
+    assert summary["referee_best_s"] == best
+    table = summary["referee_table"]
+    assert table[0]["knobs"] == summary["referee_best"] and table[0]["ratio"] == 1.0
+    assert all(r["ratio"] >= 1.0 and r["round_min"] <= 1.0 <= r["round_max"] for r in table)
+    assert summary["serial_best_is_referee_best"] == (
+        summary["serial_best"] == summary["referee_best"]
+    )
+    assert isinstance(summary["pipelined_best_is_referee_best"], bool)
+    assert summary["referee_new_cache_files"] == 0  # the interpreter caches nothing
+
+    # (c): each criterion's time is the first step that meets it, or None if none did.
+    steps, wall = data["policy"]["steps"], summary["serial_wall_s"]
+
+    def in_referee(knobs: dict[str, int] | None) -> bool:
+        t = None if knobs is None else times.get(json.dumps(knobs, sort_keys=True))
+        return t is not None and t <= 1.01 * best
+
+    evaluated = [s for s in steps if s["outcome"] == "ok" and in_referee(s["knobs"])]
+    held = [s for s in steps if in_referee(s["incumbent_knobs"])]
+    firsts = {
+        "referee": evaluated[0] if evaluated else None,
+        "incumbent": held[0] if held else None,
+    }
+    assert firsts["referee"] is not None  # the smoke space is small: the policy gets there
+    for name, first in firsts.items():
+        if first is None:
+            assert summary[f"policy_{name}_s"] is None
+            assert summary[f"policy_{name}_fraction"] is None
+        else:
+            assert round(summary[f"policy_{name}_s"], 3) == first["at_s"]
+            assert summary[f"policy_{name}_fraction"] == summary[f"policy_{name}_s"] / wall
+    assert all(s["incumbent_within_1pct"] == in_referee(s["incumbent_knobs"]) for s in steps)
+    assert summary["policy_serial_table_s"] is not None  # the old criterion, still reported
+    assert summary["policy_evaluations"] == len(steps)
 
 
 def test_the_speculative_guess_is_what_the_policy_proposes_next_and_changes_nothing(
@@ -278,3 +324,31 @@ def test_the_speculative_guess_is_what_the_policy_proposes_next_and_changes_noth
     ((_, proposed),) = campaign.propose_batch(1)
     assert proposed.id == guess[0].id
     store.close()
+
+
+def test_speculation_changes_no_decision_and_a_policy_copy_is_independent(
+    tmp_path: Path,
+) -> None:
+    """The guess runs on a copy of the policy each step (cheap: its history and queues are
+    copied, its space index shared); with speculation on or off, the pipeline evaluates the
+    same candidates in the same order (bench/step_overhead.py measures the same runs)."""
+    import importlib.util
+    import sys
+
+    bench = Path(__file__).resolve().parents[1] / "bench"
+    sys.path.insert(0, str(bench))
+    try:
+        found = importlib.util.spec_from_file_location("step_overhead", bench / "step_overhead.py")
+        assert found is not None and found.loader is not None
+        module = importlib.util.module_from_spec(found)
+        sys.modules["step_overhead"] = module  # its dataclasses look their module up
+        found.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(bench))
+        sys.modules.pop("step_overhead", None)
+    space = bench / "data" / "matmul_H100.json.gz"
+    kw = {"evaluations": 25, "seed": 1, "workers": 15, "speculate": 4, "shm": False}
+    on = module.run(space, PipelineSettings(), **kw)
+    off = module.run(space, PipelineSettings(speculate=False), **kw)
+    assert len(on.ids) == 25 and on.ids == off.ids
+    assert len(on.speculated) > 25 and not off.speculated

@@ -84,20 +84,11 @@ class Records(SqlCore):
         }
 
     def kernels(self) -> list[KernelRow]:
-        return [
-            KernelRow(
-                name=r["name"],
-                directory=r["directory"],
-                generation=r["generation"],
-                state=r["state"],
-                reason=r["reason"],
-                weight=r["weight"],
-            )
-            for r in self._query("SELECT * FROM kernels ORDER BY name")
-        ]
+        return [_kernel_row(r) for r in self._query("SELECT * FROM kernels ORDER BY name")]
 
     def kernel(self, name: str) -> KernelRow | None:
-        return next((k for k in self.kernels() if k.name == name), None)
+        rows = self._query("SELECT * FROM kernels WHERE name=?", (name,))
+        return _kernel_row(rows[0]) if rows else None
 
     def source(self, hash_: str) -> str | None:
         rows = self._query("SELECT text FROM sources WHERE hash=?", (hash_,))
@@ -387,6 +378,17 @@ class Records(SqlCore):
             (kernel, generation, fingerprint),
         )
         return None if rows[0]["t"] is None else float(rows[0]["t"])
+
+
+def _kernel_row(r: Row) -> KernelRow:
+    return KernelRow(
+        name=r["name"],
+        directory=r["directory"],
+        generation=r["generation"],
+        state=r["state"],
+        reason=r["reason"],
+        weight=r["weight"],
+    )
 
 
 def _spec_summary(spec: KernelSpec) -> dict[str, Any]:
