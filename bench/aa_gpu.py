@@ -116,7 +116,7 @@ def run_kernel(
         samples: dict[str, list[float]] = {}
         incumbent: dict[str, list[float]] = {}
         for case in timed:
-            mine, theirs = evaluation.time_case(
+            mine, theirs, _ = evaluation.time_case(
                 case, launcher_copy, launcher_orig, reference, inputs_of
             )
             samples[case.label], incumbent[case.label] = mine, theirs

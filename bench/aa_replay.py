@@ -71,8 +71,11 @@ def main() -> int:
     parser.add_argument("--spaces", type=Path, default=ROOT.parent / "shared" / "benchdata")
     parser.add_argument("--comparisons", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--min-gain", type=float, default=AcceptanceSettings().min_gain, help="the rule's bar"
+    )
     args = parser.parse_args()
-    settings = AcceptanceSettings()
+    settings = AcceptanceSettings(min_gain=args.min_gain)
     files = sorted(args.spaces.glob("*.json.gz"))
     if not files:
         print(f"no *.json.gz under {args.spaces}", file=sys.stderr)

@@ -152,6 +152,11 @@ def _interleaved_gpu(
     import torch
 
     flush = torch.empty(settings.flush_bytes // 4, dtype=torch.int32, device="cuda")
+    # A first call of each outside the estimate: it may load or compile (an incumbent's first
+    # launch in a fresh worker), which would size the repetitions down to ``min_reps``.
+    for fn in fns:
+        fn()
+    torch.cuda.synchronize()
     # One call of each (flush included), averaged over a few, sizes warm-up and repetitions.
     estimates = [_estimate_ms(fn, flush) for fn in fns]
     per_round_ms = max(sum(estimates), 1e-3)

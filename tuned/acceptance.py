@@ -36,7 +36,7 @@ __all__ = ["AcceptanceSettings", "Interval", "decide", "speedup_interval"]
 
 @dataclass(frozen=True)
 class AcceptanceSettings:
-    min_gain: float = 0.02  # the lower bound must exceed 1 + min_gain
+    min_gain: float = 0.01  # the lower bound must exceed 1 + min_gain (docs/decisions.md)
     confidence: float = 0.95  # two-sided; the lower bound is the (1 - confidence) / 2 quantile
     resamples: int = 2000
     suspicious_speedup: float = 10.0

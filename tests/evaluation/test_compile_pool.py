@@ -23,7 +23,7 @@ from tuned.evaluation.compile_pool import (
     CompilePool,
     CompileTarget,
 )
-from tuned.evaluation.precompile import precompile_supported
+from tuned.evaluation.precompile import COMPILE_NICENESS, precompile_supported
 from tuned.outcomes import Candidate, Outcome, Provenance
 from tuned.registry import load_entry
 from tuned.registry.spec import KernelSpec
@@ -248,3 +248,21 @@ def test_speculative_jobs_yield_to_proposed_ones_and_are_taken_over_when_propose
         # Taken over once: a second regular submit compiles it again (a cache hit on a GPU).
         once_more = pool.submit(spec, s_only).result(timeout=60)
         assert once_more.result.metadata.get("speculative") is None
+
+
+def test_compile_processes_run_below_the_daemon_and_the_gpu_worker(
+    tmp_path: Path,
+) -> None:
+    """A process per core compiles, speculatively much of the time: each is niced, so the
+    benchmark's launch loop and the daemon's next proposal get the CPU first."""
+    pool = CompilePool(
+        workdir=tmp_path / "compile",
+        cache_dir=tmp_path / "cache",
+        settings=EvaluationSettings(interpreter=True),
+        workers=2,
+    )
+    with pool:
+        assert pool.wait_ready(120) == 2
+        mine = os.getpriority(os.PRIO_PROCESS, 0)
+        niceness = {os.getpriority(os.PRIO_PROCESS, pid) for pid in pool.pids()}
+    assert niceness == {min(19, mine + COMPILE_NICENESS)}, (mine, niceness)

@@ -299,6 +299,11 @@ class CompilePool:
                 return ready
             time.sleep(0.05)
 
+    def pids(self) -> set[int]:
+        """The process ids of the pool's running compile processes."""
+        with self._lock:
+            return {s.proc.pid for s in self._slots if s.proc is not None and s.proc.poll() is None}
+
     def pending(self) -> int:
         """Jobs queued or compiling."""
         with self._lock:

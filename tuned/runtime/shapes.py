@@ -13,7 +13,7 @@ rule for case ``c``:
    ``median(incumbent_c) / median(challenger_c)`` (:func:`tuned.acceptance.speedup_interval`
    on that one case) has its lower bound at or above ``1 + min_gain`` and its point estimate
    at most ``suspicious_speedup``. The two were measured in different evaluations (not
-   interleaved), so ``min_gain`` defaults to 5 %, above the acceptance rule's 2 %.
+   interleaved), so ``min_gain`` defaults to 5 %, above the acceptance rule's 1 %.
 
 Speedups against the baseline, with an interval computed the same way, are reported per case.
 """
