@@ -9,8 +9,8 @@ the tail of its stderr; the next evaluation starts a fresh worker.
 With ``spares=N`` (on a GPU: :data:`GPU_SPARES`, for the daemon and ``ktuned tune``), N more
 workers are started ahead and wait, so that a fresh worker (the acceptance rule's
 re-measurement, or a restart after a crash) is there at once instead of after PyTorch's
-import and CUDA's start-up (seconds on a GPU box, per acceptance); two, because acceptances
-come seconds apart early in a campaign, faster than one spare starts. Once the client has
+import and CUDA's start-up (seconds on a GPU box, per acceptance); three, because
+acceptances come seconds apart early in a campaign, faster than a spare starts. Once the client has
 evaluated a kernel, each spare is asked to *prepare* for it: it runs the kernel's original
 module (trusted code, the registry's own) at its baseline knobs through the correctness
 checks, which makes the cases' inputs and reference outputs and starts Triton's and
@@ -148,8 +148,10 @@ class _LineReader:
         return line
 
 
-#: Spare workers kept started on a GPU (see the module docstring).
-GPU_SPARES = 2
+#: Spare workers kept started on a GPU (see the module docstring). On the H100 box, with a
+#: compile process per core, a spare took about 7 s to start and prepare, while early in a
+#: campaign acceptances came every 3-4 s: with two, a re-measurement still waited 1-2 s.
+GPU_SPARES = 3
 
 #: A prepare request larger than this is not sent: a spare reads it only once started, and a
 #: write larger than the pipe's buffer would block until then.
