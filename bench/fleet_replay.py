@@ -75,6 +75,31 @@ def make_entry(root: Path, cache: Path, seed: int) -> KernelSpec:
     return load_entry(entry)
 
 
+def replay_campaign(
+    root: Path,
+    cache: Path,
+    seed: int,
+    *,
+    policy: str,
+    client_type: type[ReplayClient] = ReplayClient,
+) -> tuple[Campaign, SqliteStore, ReplayClient]:
+    """A campaign on a fresh store in ``root`` over a replay entry of ``cache`` (the
+    caller closes the store)."""
+    spec = make_entry(root, cache, seed)
+    store = SqliteStore(root / "ktuned.sqlite")
+    store.sync_kernel(spec)
+    client = client_type(spec)
+    fid = store.record_fingerprint(client.start())
+    campaign = Campaign(
+        spec=spec,
+        store=store,
+        client=client,
+        fingerprint=fid,
+        settings=TuneSettings(budget=None, policy=policy, seed=seed),
+    )
+    return campaign, store, client
+
+
 @dataclass
 class RunResult:
     evaluations: int  # in the store when the target was first reached (cap: not reached)

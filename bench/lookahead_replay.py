@@ -31,17 +31,14 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from fleet_replay import make_entry, optimum_s  # noqa: E402
+from fleet_replay import optimum_s, replay_campaign  # noqa: E402
 
 from policies import DEFAULT_POLICY  # noqa: E402
-from tuned.campaign import Campaign, TuneSettings  # noqa: E402
 from tuned.evaluation.client import EvaluationSettings  # noqa: E402
 from tuned.evaluation.compile_pool import Precompiled  # noqa: E402
-from tuned.evaluation.replay import ReplayClient  # noqa: E402
 from tuned.outcomes import Candidate, EvalResult, Outcome  # noqa: E402
 from tuned.pipeline import CampaignPipeline, PipelineSettings  # noqa: E402
 from tuned.registry import KernelSpec  # noqa: E402
-from tuned.store import SqliteStore  # noqa: E402
 
 DEFAULT_SPACES = [ROOT.parent / "shared" / "benchdata", ROOT / "bench" / "data"]
 
@@ -97,20 +94,8 @@ def run_one(
     """Evaluations (the baseline included) until one within the goal (None: not by
     ``cap``), and the fraction of proposed candidates speculated before."""
     with tempfile.TemporaryDirectory(prefix="lookahead-replay-") as tmp:
-        root = Path(tmp)
-        spec = make_entry(root, cache, seed)
-        store = SqliteStore(root / "ktuned.sqlite")
+        campaign, store, _ = replay_campaign(Path(tmp), cache, seed, policy=policy)
         try:
-            store.sync_kernel(spec)
-            client = ReplayClient(spec)
-            fid = store.record_fingerprint(client.start())
-            campaign = Campaign(
-                spec=spec,
-                store=store,
-                client=client,
-                fingerprint=fid,
-                settings=TuneSettings(budget=None, policy=policy, seed=seed),
-            )
             pool = InstantPool(speculate + lookahead)  # the pipeline keeps `lookahead` free
             pipeline = CampaignPipeline(
                 pool=pool,  # type: ignore[arg-type]

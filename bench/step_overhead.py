@@ -50,17 +50,15 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from fleet_replay import make_entry  # noqa: E402
+from fleet_replay import replay_campaign  # noqa: E402
 
 from policies import DEFAULT_POLICY  # noqa: E402
-from tuned.campaign import Campaign, TuneSettings  # noqa: E402
 from tuned.evaluation.client import EvaluationSettings  # noqa: E402
 from tuned.evaluation.compile_pool import Precompiled  # noqa: E402
 from tuned.evaluation.replay import ReplayClient  # noqa: E402
 from tuned.outcomes import Candidate, EvalResult, Outcome  # noqa: E402
 from tuned.pipeline import CampaignPipeline, PipelineSettings  # noqa: E402
 from tuned.registry import KernelSpec  # noqa: E402
-from tuned.store import SqliteStore  # noqa: E402
 
 DEFAULT_SPACE = ROOT / "bench" / "data" / "matmul_H100.json.gz"
 
@@ -150,20 +148,12 @@ def run(
     """``evaluations`` pipelined steps (the baseline first) on a fresh store."""
     base = Path("/dev/shm") if shm and Path("/dev/shm").is_dir() else None
     with tempfile.TemporaryDirectory(prefix="step-overhead-", dir=base) as tmp:
-        root = Path(tmp)
-        spec = make_entry(root, space, seed)
-        store = SqliteStore(root / "ktuned.sqlite")
+        campaign, store, replay = replay_campaign(
+            Path(tmp), space, seed, policy=DEFAULT_POLICY, client_type=TimedReplayClient
+        )
+        assert isinstance(replay, TimedReplayClient)
+        client = replay
         try:
-            store.sync_kernel(spec)
-            client = TimedReplayClient(spec)
-            fid = store.record_fingerprint(client.start())
-            campaign = Campaign(
-                spec=spec,
-                store=store,
-                client=client,
-                fingerprint=fid,
-                settings=TuneSettings(budget=None, policy=DEFAULT_POLICY, seed=seed),
-            )
             pool = SteadyPool(workers, speculate)
             pipeline = CampaignPipeline(pool=pool, settings=settings)  # type: ignore[arg-type]
             out = Run()
