@@ -33,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +45,7 @@ if str(ROOT) not in sys.path:
 
 from policies import DEFAULT_POLICY  # noqa: E402
 from tuned.campaign import Campaign, TuneSettings  # noqa: E402
+from tuned.evaluation.compile_pool import Precompiled  # noqa: E402
 from tuned.evaluation.replay import ReplayClient  # noqa: E402
 from tuned.outcomes import Candidate, EvalResult, Outcome  # noqa: E402
 from tuned.registry import KernelSpec, load_entry  # noqa: E402
@@ -98,6 +100,15 @@ def replay_campaign(
         settings=TuneSettings(budget=None, policy=policy, seed=seed),
     )
     return campaign, store, client
+
+
+def compiled_at_once(candidate: Candidate) -> Future[Precompiled]:
+    """A compile pool's answer for ``candidate``, done: compiled, ready for the worker (the
+    pool stand-ins of the replay benchmarks)."""
+    future: Future[Precompiled] = Future()
+    result = EvalResult(Outcome.OK, phase="precompile", metadata={"precompiled": True})
+    future.set_result(Precompiled(candidate.id, result, time.monotonic()))
+    return future
 
 
 @dataclass

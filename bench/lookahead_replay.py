@@ -21,7 +21,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -31,12 +30,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from fleet_replay import optimum_s, replay_campaign  # noqa: E402
+from fleet_replay import compiled_at_once, optimum_s, replay_campaign  # noqa: E402
 
 from policies import DEFAULT_POLICY  # noqa: E402
 from tuned.evaluation.client import EvaluationSettings  # noqa: E402
 from tuned.evaluation.compile_pool import Precompiled  # noqa: E402
-from tuned.outcomes import Candidate, EvalResult, Outcome  # noqa: E402
+from tuned.outcomes import Candidate, Outcome  # noqa: E402
 from tuned.pipeline import CampaignPipeline, PipelineSettings  # noqa: E402
 from tuned.registry import KernelSpec  # noqa: E402
 
@@ -72,10 +71,7 @@ class InstantPool:
             self.proposed += 1
             self.hits += candidate.id in self.speculated
             self.since_proposal = 0
-        future: Future[Precompiled] = Future()
-        result = EvalResult(Outcome.OK, phase="precompile", metadata={"precompiled": True})
-        future.set_result(Precompiled(candidate.id, result, time.monotonic()))
-        return future
+        return compiled_at_once(candidate)
 
     def close(self) -> None:
         pass

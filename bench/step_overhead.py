@@ -50,13 +50,13 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from fleet_replay import replay_campaign  # noqa: E402
+from fleet_replay import compiled_at_once, replay_campaign  # noqa: E402
 
 from policies import DEFAULT_POLICY  # noqa: E402
 from tuned.evaluation.client import EvaluationSettings  # noqa: E402
 from tuned.evaluation.compile_pool import Precompiled  # noqa: E402
 from tuned.evaluation.replay import ReplayClient  # noqa: E402
-from tuned.outcomes import Candidate, EvalResult, Outcome  # noqa: E402
+from tuned.outcomes import Candidate, EvalResult  # noqa: E402
 from tuned.pipeline import CampaignPipeline, PipelineSettings  # noqa: E402
 from tuned.registry import KernelSpec  # noqa: E402
 
@@ -92,10 +92,7 @@ class SteadyPool:
             self._compiling.append(candidate.id)
         elif candidate.id in self._compiling:  # taken over: compiles first now, then done
             self._compiling.remove(candidate.id)
-        future: Future[Precompiled] = Future()
-        result = EvalResult(Outcome.OK, phase="precompile", metadata={"precompiled": True})
-        future.set_result(Precompiled(candidate.id, result, time.monotonic()))
-        return future
+        return compiled_at_once(candidate)
 
     def close(self) -> None:
         pass
