@@ -77,6 +77,18 @@ def make_entry(root: Path, cache: Path, seed: int) -> KernelSpec:
     return load_entry(entry)
 
 
+def replay_caches(parser: argparse.ArgumentParser, spaces: list[Path]) -> list[Path]:
+    """The Kernel Tuner caches named by ``spaces`` (files, or directories of them), sorted;
+    a parser error when one does not exist or there are none."""
+    missing = [str(s) for s in spaces if not s.exists()]
+    if missing:
+        parser.error(f"not found: {', '.join(missing)}")
+    caches = sorted(p for s in spaces for p in (sorted(s.glob("*.json*")) if s.is_dir() else [s]))
+    if not caches:
+        parser.error(f"no Kernel Tuner caches (*.json, *.json.gz) in {spaces}")
+    return caches
+
+
 def replay_campaign(
     root: Path,
     cache: Path,
@@ -191,11 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy", default=DEFAULT_POLICY)
     parser.add_argument("--cap", type=int, default=300, help="evaluations at most per run")
     args = parser.parse_args(argv)
-    caches = sorted(
-        p for s in args.spaces for p in (sorted(s.glob("*.json*")) if s.is_dir() else [s])
-    )
-    if not caches:
-        parser.error(f"no Kernel Tuner caches (*.json, *.json.gz) in {args.spaces}")
+    caches = replay_caches(parser, args.spaces)
     counts = [int(w) for w in args.workers.split(",")]
     print(
         f"policy {args.policy}, {args.seeds} seeds, target {TARGET:.0%} of optimum, "

@@ -30,7 +30,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from fleet_replay import compiled_at_once, optimum_s, replay_campaign  # noqa: E402
+from fleet_replay import (  # noqa: E402
+    compiled_at_once,
+    optimum_s,
+    replay_caches,
+    replay_campaign,
+)
 
 from policies import DEFAULT_POLICY  # noqa: E402
 from tuned.evaluation.client import EvaluationSettings  # noqa: E402
@@ -128,11 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         help="speculative compiles per proposed candidate (0: none); reported: hit rate",
     )
     args = parser.parse_args(argv)
-    caches = sorted(
-        p for s in args.spaces for p in (sorted(s.glob("*.json*")) if s.is_dir() else [s])
-    )
-    if not caches:
-        parser.error(f"no Kernel Tuner caches (*.json, *.json.gz) in {args.spaces}")
+    caches = replay_caches(parser, args.spaces)
     depths = [int(k) for k in args.lookahead.split(",")]
     print(
         f"policy {args.policy}, {args.seeds} seeds, target {args.target:.0%} of optimum, "

@@ -97,11 +97,17 @@ needs_compiler = pytest.mark.skipif(
 )
 
 
-def _compile_pool(tmp_path: Path, target: CompileTarget = H100, workers: int = 1) -> CompilePool:
+def _compile_pool(
+    tmp_path: Path,
+    target: CompileTarget | None = H100,
+    workers: int = 1,
+    settings: EvaluationSettings | None = None,
+) -> CompilePool:
     return CompilePool(
         workdir=tmp_path / "compile",
         cache_dir=tmp_path / "worker" / "triton-cache",
-        settings=EvaluationSettings(interpreter=False, load_timeout_s=60, compile_timeout_s=120),
+        settings=settings
+        or EvaluationSettings(interpreter=False, load_timeout_s=60, compile_timeout_s=120),
         workers=workers,
         target=target,
     )
@@ -255,13 +261,8 @@ def test_compile_processes_run_below_the_daemon_and_the_gpu_worker(
 ) -> None:
     """A process per core compiles, speculatively much of the time: each is niced, so the
     benchmark's launch loop and the daemon's next proposal get the CPU first."""
-    pool = CompilePool(
-        workdir=tmp_path / "compile",
-        cache_dir=tmp_path / "cache",
-        settings=EvaluationSettings(interpreter=True),
-        workers=2,
-    )
-    with pool:
+    settings = EvaluationSettings(interpreter=True)
+    with _compile_pool(tmp_path, target=None, workers=2, settings=settings) as pool:
         assert pool.wait_ready(120) == 2
         mine = os.getpriority(os.PRIO_PROCESS, 0)
         niceness = {os.getpriority(os.PRIO_PROCESS, pid) for pid in pool.pids()}
