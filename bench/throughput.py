@@ -14,19 +14,10 @@ On a GPU (the figures of bench/RESULTS.md), with the example matmul at one timed
     state and a cold cache): wall time until it has evaluated (outcome ok) a configuration
     within 1 % of the sweep's best *by the referee*, as a fraction of (a)'s wall time.
 
-The referee, run after (a) and (b) and before (c), decides what "the sweep's best" is. (a)
-times each configuration once, right after compiling it, and that single shot is noisy: on
-an H100, three runs gave three different bests (128x256, 8 warps, with BLOCK_K/stages 32/5,
-64/3 and 32/4), one configuration (K32/s4) was 1.045, 1.060 and 1.000 of (a)'s best, and only
-one configuration was ever within 1 % of (a)'s best, so judging (c) by (a)'s table asked the
-policy to hit whichever configuration had (a)'s luckiest draw ((b) ranked 64/3 best in all
-three runs). The referee takes the union of (a)'s and (b)'s ``REFEREE_TOP`` (8) fastest, each
-by its own table, and times them in a fresh process with (a)'s inputs and (a)'s Triton cache
-(nothing is compiled again) in ``--referee-rounds`` (10) rounds, each round in a new seeded
-random order, each timing ``gpu_median_seconds`` (L2 flushed, median) with ``target_ms=50``.
-A configuration's referee time is the median over rounds of its per-round medians; the
-referee's best is the fastest by that time. A configuration outside the referee set never
-counts for (c) (conservative: this can only make (c) later). Also printed, same loop:
+The referee (``bench/referee.py``, whose docstring says how and why), run after (a) and (b)
+and before (c), decides what "the sweep's best" is: it re-times the union of (a)'s and
+(b)'s fastest configurations in a fresh process, in rounds, because (a)'s single timings are
+noisy. A configuration outside the referee set never counts for (c). Also printed, same loop:
 
 - the old criterion, a configuration within 1 % of (a)'s best in (a)'s table (comparable with
   the earlier figures of bench/RESULTS.md); the loop runs until both criteria are met (or (a)'s
@@ -56,11 +47,8 @@ import argparse
 import importlib.util
 import itertools
 import json
-import math
 import os
-import random
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -73,6 +61,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
+from referee import (  # noqa: E402
+    fmt,
+    key,
+    print_referee,
+    referee_child,
+    referee_set,
+    referee_table,
+    referee_times,
+    run_referee,
+)
 
 from profilers.timing import TimingSettings  # noqa: E402
 from tuned.acceptance import speedup_interval  # noqa: E402
@@ -109,9 +107,6 @@ SMOKE_KNOBS: dict[str, list[int]] = {
 }
 GPU_SHAPE = {"M": 4096, "N": 4096, "K": 4096}
 SMOKE_SHAPE = {"M": 32, "N": 32, "K": 32}
-REFEREE_TOP = 8  # the referee times the union of (a)'s and (b)'s this many fastest
-REFEREE_TARGET_MS = 50.0  # timed duration per configuration and round (do_bench's default is 100)
-REFEREE_SEED = 0  # the rounds' random orders
 WITHIN = 1.01  # (c): within 1 % of the best
 
 
@@ -135,10 +130,6 @@ def configurations(knobs: dict[str, list[int]], limit: int | None) -> list[dict[
     names = list(knobs)
     out = [dict(zip(names, values)) for values in itertools.product(*knobs.values())]
     return out[:limit] if limit else out
-
-
-def key(config: dict[str, Any]) -> str:
-    return json.dumps(config, sort_keys=True)
 
 
 # ----------------------------------------------------------------------------- (a) serial
@@ -321,99 +312,6 @@ def run_pipelined(
     }
 
 
-# ----------------------------------------------------------------------------- referee
-
-
-def referee_set(
-    serial: dict[str, Any], piped: dict[str, Any], top: int = REFEREE_TOP
-) -> list[dict[str, int]]:
-    """The union of (a)'s and (b)'s ``top`` fastest configurations, each by its own table."""
-    timed_a = [r for r in serial["rows"] if r["time_s"] is not None]
-    timed_b = [r for r in piped["rows"] if r["outcome"] == "ok" and r["time_s"] is not None]
-    chosen: dict[str, dict[str, int]] = {}
-    for rows in (timed_a, timed_b):
-        for r in sorted(rows, key=lambda r: r["time_s"])[:top]:
-            chosen.setdefault(key(r["knobs"]), r["knobs"])
-    return list(chosen.values())
-
-
-def referee_child(entry: Path, request_path: Path, out_path: Path) -> None:
-    """Runs in its own process on (a)'s Triton cache (so every configuration is a cache hit)
-    with (a)'s inputs: times every configuration once per round, each round in a new order."""
-    import torch
-
-    from profilers.timing import gpu_median_seconds, wall_median_seconds
-
-    module, a, b, gpu = load_kernel(entry, request_path.parent)
-    request = json.loads(request_path.read_text())
-    configs: list[dict[str, int]] = request["configs"]
-    timing = (
-        TimingSettings(target_ms=REFEREE_TARGET_MS) if gpu else TimingSettings(interpreter_reps=1)
-    )
-    measure = gpu_median_seconds if gpu else wall_median_seconds
-    errors: dict[int, str] = {}
-    for i, config in enumerate(configs):
-        try:
-            module.matmul(a, b, **config)  # loads the binary (a) compiled
-        except Exception as exc:  # noqa: BLE001 - recorded, the configuration leaves the set
-            errors[i] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-    if gpu:
-        torch.cuda.synchronize()
-    live = [i for i in range(len(configs)) if i not in errors]
-    round_s: dict[int, list[float]] = {i: [] for i in live}
-    orders = []
-    rng = random.Random(request["seed"])
-    started = time.perf_counter()
-    for _ in range(request["rounds"]):
-        order = rng.sample(live, len(live))
-        orders.append(order)
-        for i in order:
-            fn = lambda c=configs[i]: module.matmul(a, b, **c)
-            round_s[i].append(measure(fn, timing)[0])
-    wall = time.perf_counter() - started
-    rows = [
-        {"knobs": config, "round_s": round_s.get(i, []), "error": errors.get(i)}
-        for i, config in enumerate(configs)
-    ]
-    out_path.write_text(json.dumps({"wall_s": wall, "orders": orders, "rows": rows}))
-
-
-def run_referee(
-    entry: Path, configs: list[dict[str, int]], serial_work: Path, *, rounds: int, smoke: bool
-) -> dict[str, Any]:
-    """The referee in a fresh process on (a)'s work directory: its shape and Triton cache."""
-    cache = serial_work / "triton-cache"
-    cached = sum(1 for _ in cache.rglob("*")) if cache.exists() else 0
-    request = {"configs": configs, "rounds": rounds, "seed": REFEREE_SEED}
-    (serial_work / "referee-request.json").write_text(json.dumps(request))
-    t0 = time.perf_counter()
-    run_child(
-        "--referee-child",
-        entry,
-        serial_work / "referee-request.json",
-        serial_work / "referee.json",
-        smoke=smoke,
-    )
-    process_wall = time.perf_counter() - t0
-    data: dict[str, Any] = json.loads((serial_work / "referee.json").read_text())
-    for row in data["rows"]:
-        row["referee_s"] = statistics.median(row["round_s"]) if row["round_s"] else None
-    new_files = (sum(1 for _ in cache.rglob("*")) if cache.exists() else 0) - cached
-    return {
-        **data,
-        "rounds": rounds,
-        "seed": REFEREE_SEED,
-        "target_ms": REFEREE_TARGET_MS,
-        "process_wall_s": process_wall,
-        "new_cache_files": new_files,
-    }
-
-
-def referee_times(referee: dict[str, Any]) -> dict[str, float]:
-    """Referee seconds by configuration key (the median over rounds of each round's median)."""
-    return {key(r["knobs"]): r["referee_s"] for r in referee["rows"] if r["referee_s"] is not None}
-
-
 # ----------------------------------------------------------------------------- (c) policy
 
 
@@ -554,6 +452,7 @@ def run_policy(
         "incumbent_serial_ratio": None if held_a is None else held_a / min(serial_times.values()),
         "incumbent_referee_ratio": None if held_r is None else held_r / min(referee.values()),
         "lookahead": PipelineSettings().lookahead,
+        "compiling": PipelineSettings().compiling,
         "worker_starts": worker_starts,
         "spare_takeovers": spare_takeovers,
         **pool_stats,
@@ -563,44 +462,6 @@ def run_policy(
 
 
 # ----------------------------------------------------------------------------- report
-
-
-def fmt(seconds: float | None) -> str:
-    if seconds is None or math.isnan(seconds):
-        return "-"
-    if seconds >= 1:
-        return f"{seconds:.1f} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.3g} ms"
-    return f"{seconds * 1e6:.3g} us"
-
-
-def referee_table(
-    referee: dict[str, Any], s_times: dict[str, float], p_times: dict[str, float]
-) -> list[dict[str, Any]]:
-    """The referee's configurations, fastest first: each one's referee time and ratio to the
-    referee's best, its ratios in (a)'s and (b)'s tables, and the spread of its rounds."""
-    times = referee_times(referee)
-    best = min(times.values())
-    s_best, p_best = min(s_times.values()), min(p_times.values())
-    rows = []
-    for r in sorted(
-        referee["rows"], key=lambda r: math.inf if r["referee_s"] is None else r["referee_s"]
-    ):
-        k, t = key(r["knobs"]), r["referee_s"]
-        rows.append(
-            {
-                "knobs": r["knobs"],
-                "referee_s": t,
-                "ratio": None if t is None else t / best,
-                "serial_ratio": s_times[k] / s_best if k in s_times else None,
-                "pipelined_ratio": p_times[k] / p_best if k in p_times else None,
-                "round_min": None if t is None else min(r["round_s"]) / t,
-                "round_max": None if t is None else max(r["round_s"]) / t,
-                "error": r["error"],
-            }
-        )
-    return rows
 
 
 def summarize(
@@ -746,43 +607,6 @@ def print_table(s: dict[str, Any], device: str) -> None:
     )
 
 
-def knobs_label(knobs: dict[str, Any]) -> str:
-    return (
-        f"{knobs['BLOCK_M']}x{knobs['BLOCK_N']}x{knobs['BLOCK_K']} "
-        f"g{knobs['GROUP_M']} w{knobs['num_warps']} s{knobs['num_stages']}"
-    )
-
-
-def print_referee(s: dict[str, Any]) -> None:
-    def ratio(value: float | None) -> str:
-        return "-" if value is None else f"{value:.3f}"
-
-    print(
-        f"\nReferee: {s['referee_configurations']} configurations ((a)'s and (b)'s top "
-        f"{REFEREE_TOP}), {s['referee_rounds']} rounds in random orders, "
-        f"{fmt(s['referee_wall_s'])} with its process start, "
-        f"{s['referee_new_cache_files']} new Triton cache files"
-    )
-    print(
-        f"{'M x N x K, GROUP_M, warps, stages':<34} {'referee':>9} {'/best':>7} {'(a)':>7} "
-        f"{'(b)':>7}  rounds min..max"
-    )
-    for row in s["referee_table"]:
-        spread = (
-            row["error"] or "-"
-            if row["referee_s"] is None
-            else f"{row['round_min']:.3f}..{row['round_max']:.3f}"
-        )
-        print(
-            f"{knobs_label(row['knobs']):<34} {fmt(row['referee_s']):>9} {ratio(row['ratio']):>7} "
-            f"{ratio(row['serial_ratio']):>7} {ratio(row['pipelined_ratio']):>7}  {spread}"
-        )
-    print(
-        f"(a)'s best is the referee's best: {s['serial_best_is_referee_best']}; "
-        f"(b)'s best is: {s['pipelined_best_is_referee_best']}"
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="JSON of every configuration")
@@ -822,11 +646,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"(b) pipelined sweep done in {time.perf_counter() - t:.0f} s", flush=True)
     t = time.perf_counter()
     referee = run_referee(
-        entry,
         referee_set(serial, piped),
         work / "serial",
         rounds=args.referee_rounds,
-        smoke=args.smoke,
+        launch=lambda request, out: run_child(
+            "--referee-child", entry, request, out, smoke=args.smoke
+        ),
     )
     print(f"referee done in {time.perf_counter() - t:.0f} s", flush=True)
     serial_times = {key(r["knobs"]): r["time_s"] for r in serial["rows"] if r["time_s"] is not None}
@@ -886,6 +711,7 @@ if __name__ == "__main__":
         serial_child(Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4]))
         sys.exit(0)
     if len(sys.argv) > 1 and sys.argv[1] == "--referee-child":
-        referee_child(Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4]))
+        request = Path(sys.argv[3])
+        referee_child(load_kernel(Path(sys.argv[2]), request.parent), request, Path(sys.argv[4]))
         sys.exit(0)
     sys.exit(main())
