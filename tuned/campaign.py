@@ -385,7 +385,7 @@ class Campaign:
             return []
         space = self._space()
         skip = {t.candidate_id for t in trials} | set(exclude)
-        out = self._policy_guess(limit, pending, trials, space, skip)
+        out = self._policy_guess(copy.deepcopy(self._policy), limit, pending, trials, space, skip)
         if len(out) >= limit:
             return out
         fastest = sorted(
@@ -416,17 +416,43 @@ class Campaign:
                     return out
         return out
 
+    def likely_first(self, limit: int) -> list[Candidate]:
+        """Before the baseline has a result: up to ``limit`` candidates the policy is likely
+        to propose first, for speculative compiles while the baseline is measured
+        (:mod:`tuned.pipeline`). The policy's first proposals do not depend on the baseline's
+        time (no arm has been pulled: every reward is still relative to nothing), so a
+        provisional baseline result stands in for the real one; the first batch proposed
+        after the baseline is the guess's first (tested). Empty once the baseline has a
+        result, for a reference entry (its first module is the LLM's), or when nothing can
+        be guessed. A guess, never a decision: nothing is recorded."""
+        if limit <= 0 or self.spec.reference_only:
+            return []
+        trials = self._trials()
+        if any(t.provenance is Provenance.ORIGINAL for t in trials):
+            return []
+        try:
+            policy = self._load_policy()
+        except Exception:  # a guess: never let it stop the real work
+            log.debug("%s: no policy for a first guess", self.spec.name, exc_info=True)
+            return []
+        provisional = _trial_row(
+            self._baseline_candidate(), EvalResult(Outcome.OK, time_s=1.0), wall_s=0.0
+        )
+        rows = [*trials, provisional]
+        skip = {t.candidate_id for t in rows}
+        return self._policy_guess(policy, limit, (), rows, self._space(), skip)
+
     def _policy_guess(
         self,
+        policy: Policy,
         limit: int,
         pending: Sequence[Suggestion],
         trials: list[TrialRow],
         space: SearchSpace,
         skip: set[str],
     ) -> list[Candidate]:
-        """:meth:`likely_next`'s first part: a copy of the policy asked for a batch."""
-        assert self._policy is not None
-        policy = copy.deepcopy(self._policy)
+        """:meth:`likely_next`'s first part: ``policy`` (a copy: it is changed) asked for a
+        batch, as :meth:`propose_batch` would ask the real one."""
         # propose_batch's own seed and inputs: with no new result in between, the policy's
         # next proposal is the guess's first.
         rng = np.random.default_rng([self.settings.seed, len(trials), len(pending)])

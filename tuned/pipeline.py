@@ -89,6 +89,8 @@ class PipelineSettings:
 
     batch_size: int = 4
     lookahead: int = 2
+    compiling: int = 4
+    in_order: bool = False
     speculate: bool = True
 
     def __post_init__(self) -> None:
@@ -96,6 +98,8 @@ class PipelineSettings:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.lookahead < 1:
             raise ValueError(f"lookahead must be >= 1, got {self.lookahead}")
+        if self.compiling < 0:
+            raise ValueError(f"compiling must be >= 0, got {self.compiling}")
 
 
 @dataclass
@@ -126,6 +130,8 @@ class CampaignPipeline:
         self._queues: dict[str, tuple[Campaign, deque[_InFlight]]] = {}
         #: Per kernel: candidate ids given to the pool speculatively (never twice).
         self._speculated: dict[str, set[str]] = {}
+        #: Kernels whose first proposals were guessed before their baseline (once each).
+        self._guessed_first: set[str] = set()
 
     def step(self, campaign: Campaign) -> TrialRow | None:
         """Evaluate the campaign's next candidate on the GPU worker (or record its failure in
@@ -136,9 +142,9 @@ class CampaignPipeline:
         queue = self._queue(campaign)
         self._fill(campaign, queue, evaluating=None)
         if not queue:
+            self._speculate_first(campaign)
             return campaign.step()
-        item = queue.popleft()
-        precompiled = self._wait(item)
+        item, precompiled = self._next(queue)
         self._fill(campaign, queue, evaluating=item)  # the pool works while the GPU measures
         gpu_queue = time.monotonic() - precompiled.finished_at
         phases = {**precompiled.result.phase_seconds, GPU_QUEUE_PHASE: gpu_queue}
@@ -162,10 +168,12 @@ class CampaignPipeline:
         their compile jobs finish in the pool and are ignored."""
         self._queues.pop(kernel, None)
         self._speculated.pop(kernel, None)
+        self._guessed_first.discard(kernel)
 
     def close(self) -> None:
         self._queues.clear()
         self._speculated.clear()
+        self._guessed_first.clear()
         self.pool.close()
 
     # -- internals
@@ -187,10 +195,15 @@ class CampaignPipeline:
         self, campaign: Campaign, queue: deque[_InFlight], busy: list[_InFlight], cap: int
     ) -> None:
         """Propose until ``cap`` of the campaign's candidates are in flight (``busy``: on a
-        GPU, or measured and not observed yet), then speculate."""
-        while len(queue) + len(busy) < cap:
+        GPU, or measured and not observed yet), not counting up to ``compiling`` of those
+        the pool is still compiling, then speculate."""
+        while True:
+            compiling = sum(1 for i in queue if not i.future.done())
+            counted = len(queue) + len(busy) - min(compiling, self.settings.compiling)
+            want = min(self.settings.batch_size, cap - counted)
+            if want <= 0:
+                break
             pending = [i.suggestion for i in [*queue, *busy]]
-            want = min(self.settings.batch_size, cap - len(busy) - len(queue))
             batch = campaign.propose_batch(want, pending)
             if not batch:
                 break
@@ -221,6 +234,53 @@ class CampaignPipeline:
             done.add(candidate.id)
             if gate_result(campaign.spec, candidate) is None:
                 self.pool.submit(campaign.spec, candidate, speculative=True)
+
+    def _speculate_first(self, campaign: Campaign) -> None:
+        """Before the baseline is measured (on the GPU worker, not in the pool): give the
+        pool what the policy will likely propose first (:meth:`Campaign.likely_first`), so
+        those are compiled by the time the baseline's result lets the policy propose."""
+        name = campaign.spec.name
+        if not self.settings.speculate or name in self._guessed_first:
+            return
+        self._guessed_first.add(name)
+        from tuned.llm.gate import gate_result
+
+        done = self._speculated.setdefault(name, set())
+        room = self.pool.workers - self.lookahead - self.pool.pending()
+        for candidate in campaign.likely_first(room):
+            done.add(candidate.id)
+            if gate_result(campaign.spec, candidate) is None:
+                self.pool.submit(campaign.spec, candidate, speculative=True)
+
+    def _next(self, queue: deque[_InFlight]) -> tuple[_InFlight, Precompiled]:
+        """Take the next candidate for the GPU worker from ``queue``: the first, in the order
+        proposed, that the pool is done with, waiting for one when none is (only the first
+        with ``in_order``): the GPU never waits for a compile while a compiled candidate
+        waits. Bounded even if the pool itself failed (then: not compiled)."""
+        items = list(queue)[:1] if self.settings.in_order else list(queue)
+        s = self.pool.settings
+        bound = s.startup_timeout_s + s.load_timeout_s + s.compile_timeout_s + 60.0
+        deadline = time.monotonic() + bound
+        with self.interruptible():
+            while True:
+                item = next((i for i in items if i.future.done()), None)
+                if item is not None:
+                    queue.remove(item)
+                    return item, item.future.result()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    log.warning(
+                        "compile pool gave no answer in %.0f s; compiling on the GPU worker",
+                        bound,
+                    )
+                    item = items[0]
+                    queue.remove(item)
+                    return item, _done(item.candidate, "the compile pool gave no answer").result()
+                self._wait_any([i.future for i in items], min(1.0, left))
+
+    def _wait_any(self, futures: Sequence[Future[Precompiled]], timeout: float) -> None:
+        """Until one of ``futures`` is done, or ``timeout`` seconds."""
+        wait(futures, timeout=timeout, return_when=FIRST_COMPLETED)
 
     def _submit(self, spec: KernelSpec, candidate: Candidate) -> Future[Precompiled]:
         from tuned.llm.gate import gate_result
@@ -318,6 +378,7 @@ class MultiGpuPipeline(CampaignPipeline):
             self._dispatch(campaign, queue)
             mine = [r.future for r in self._running.values() if r.campaign is campaign]
             if not mine and not queue:  # the baseline, or nothing left: lane 0's client
+                self._speculate_first(campaign)
                 self._drain(0)
                 return campaign.step()
             idle = len(self._running) < len(self.lanes)
