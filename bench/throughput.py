@@ -44,6 +44,7 @@ inside a process that is already up, as the daemon's worker and pool are.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import itertools
 import json
@@ -71,6 +72,7 @@ from referee import (  # noqa: E402
     referee_times,
     run_referee,
 )
+from stack_sampler import StackSampler  # noqa: E402
 
 from profilers.timing import TimingSettings  # noqa: E402
 from tuned.acceptance import speedup_interval  # noqa: E402
@@ -617,6 +619,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--referee-rounds", type=int, default=10, help="rounds of the referee's timing (10)"
     )
+    parser.add_argument(
+        "--sample-stacks",
+        type=Path,
+        metavar="TXT",
+        help="write where (c)'s main thread spent its time (bench/stack_sampler.py) to TXT",
+    )
     args = parser.parse_args(argv)
     if args.referee_rounds < 1:
         parser.error("--referee-rounds must be at least 1")
@@ -660,17 +668,21 @@ def main(argv: list[str] | None = None) -> int:
             f"nothing was timed (see {work}): (a) or the referee failed on every configuration"
         )
     t = time.perf_counter()
-    policy = run_policy(
-        spec,
-        serial_times,
-        referee_times(referee),
-        work / "policy",
-        workers=workers,
-        smoke=args.smoke,
-        # On a GPU the target is 10 % of (a)'s wall: later than half of it is "not reached",
-        # a result in itself. A smoke run (interpreter, seconds) just has to get there.
-        cap_s=600.0 if args.smoke else 0.5 * serial["wall_s"],
-    )
+    with StackSampler() if args.sample_stacks else contextlib.nullcontext() as sampler:
+        policy = run_policy(
+            spec,
+            serial_times,
+            referee_times(referee),
+            work / "policy",
+            workers=workers,
+            smoke=args.smoke,
+            # On a GPU the target is 10 % of (a)'s wall: later than half of it is "not
+            # reached", a result in itself. A smoke run (interpreter, seconds) just has to
+            # get there.
+            cap_s=600.0 if args.smoke else 0.5 * serial["wall_s"],
+        )
+    if sampler is not None:
+        args.sample_stacks.write_text(sampler.report(top=60) + "\n")
     print(f"(c) default policy done in {time.perf_counter() - t:.0f} s", flush=True)
 
     summary = summarize(serial, piped, referee, policy)
