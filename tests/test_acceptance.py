@@ -8,7 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tuned.acceptance import AcceptanceSettings, Interval, decide, speedup_interval
+from tuned.acceptance import (
+    AcceptanceSettings,
+    Interval,
+    decide,
+    speedup_interval,
+    speedup_point,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHDATA = ROOT.parent / "shared" / "benchdata"
@@ -28,6 +34,17 @@ def test_interval_brackets_a_known_speedup() -> None:
     assert iv.high - iv.low < 0.05
 
 
+def test_the_point_estimate_alone_is_the_interval_s_statistic() -> None:
+    rng = np.random.default_rng(2)
+    cand = {"a": _noisy(1.0, 40, rng), "b": _noisy(2.0, 40, rng), "only-mine": [9.0]}
+    inc = {"a": _noisy(1.2, 40, rng), "b": _noisy(2.6, 40, rng)}
+    point = speedup_point(cand, inc)
+    assert point == speedup_interval(cand, inc, rng).speedup
+    assert point == pytest.approx((1.2 * 1.3) ** 0.5, rel=0.01)  # geometric mean of ratios
+    with pytest.raises(ValueError, match="no timed case in common"):
+        speedup_point({"a": [1.0]}, {"b": [1.0]})
+
+
 def test_identical_timings_are_not_significant() -> None:
     rng = np.random.default_rng(1)
     same = {"a": _noisy(1.0, 30, rng)}
@@ -42,6 +59,10 @@ def test_decisions() -> None:
     assert decide(Interval(1.30, 1.20, 1.40), s, Interval(1.25, 1.15, 1.35)) == "accepted"
     assert decide(Interval(1.30, 1.20, 1.40), s, Interval(1.01, 0.95, 1.07)) == "not_confirmed"
     assert decide(Interval(15.0, 12.0, 18.0), s) == "held"
+    # A point estimate below the bar is not significant whatever the bootstrap says (the
+    # campaign skips the bootstrap then), and a re-measurement's is not confirmed.
+    assert decide(Interval(1.015, 1.025, 1.03), s) == "not_significant"
+    assert decide(Interval(1.30, 1.20, 1.40), s, Interval(1.015, 1.025, 1.03)) == "not_confirmed"
     no_remeasure = AcceptanceSettings(remeasure=False)
     assert decide(Interval(1.30, 1.20, 1.40), no_remeasure) == "accepted"
 

@@ -10,7 +10,10 @@ percentile bootstrap: each case's samples of both are resampled with replacement
 
 The rule (:func:`decide`):
 
-1. ``lower bound < 1 + min_gain``: not significant; the incumbent stays.
+1. ``lower bound < 1 + min_gain`` (or the point estimate itself below it): not significant;
+   the incumbent stays. A candidate whose point estimate is below the bar is decided without
+   its bootstrap (:func:`speedup_point`, tens of milliseconds saved per evaluation: most
+   candidates are slower than the incumbent).
 2. ``S > suspicious_speedup`` (default 10x): held for re-verification, never accepted
    automatically, and flagged (speedups that large are more often bugs than wins).
 3. otherwise the candidate is re-measured in a fresh worker, interleaved again, and accepted
@@ -31,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["AcceptanceSettings", "Interval", "decide", "speedup_interval"]
+__all__ = ["AcceptanceSettings", "Interval", "decide", "speedup_interval", "speedup_point"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,20 @@ class Interval:
 
     def to_dict(self) -> dict[str, float]:
         return {"speedup": self.speedup, "low": self.low, "high": self.high}
+
+
+def speedup_point(
+    candidate: Mapping[str, Sequence[float]], incumbent: Mapping[str, Sequence[float]]
+) -> float:
+    """The speedup statistic ``S`` alone (:func:`speedup_interval`'s point estimate)."""
+    labels = sorted(set(candidate) & set(incumbent))
+    if not labels:
+        raise ValueError("no timed case in common between candidate and incumbent")
+    logs = [
+        math.log(float(np.median(incumbent[label])) / float(np.median(candidate[label])))
+        for label in labels
+    ]
+    return math.exp(sum(logs) / len(logs))
 
 
 def speedup_interval(
@@ -85,7 +102,7 @@ def decide(first: Interval, settings: AcceptanceSettings, second: Interval | Non
     """The decision: ``not_significant``, ``held``, ``remeasure`` (then call again with
     ``second``), ``accepted`` or ``not_confirmed``."""
     bar = 1.0 + settings.min_gain
-    if first.low < bar:
+    if first.low < bar or first.speedup < bar:
         return "not_significant"
     if first.speedup > settings.suspicious_speedup:
         return "held"
@@ -93,4 +110,4 @@ def decide(first: Interval, settings: AcceptanceSettings, second: Interval | Non
         return "accepted"
     if second is None:
         return "remeasure"
-    return "accepted" if second.low >= bar else "not_confirmed"
+    return "accepted" if min(second.low, second.speedup) >= bar else "not_confirmed"

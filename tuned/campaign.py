@@ -38,7 +38,13 @@ from policies.masks import MaskSettings
 from policies.strategies import llm_base_strategy, llm_strategy_name
 from profilers.classify import roofline_point
 from profilers.peaks import Peaks
-from tuned.acceptance import AcceptanceSettings, Interval, decide, speedup_interval
+from tuned.acceptance import (
+    AcceptanceSettings,
+    Interval,
+    decide,
+    speedup_interval,
+    speedup_point,
+)
 from tuned.evaluation.client import WorkerClient
 from tuned.llm.gate import gate_result
 from tuned.outcomes import Candidate, EvalResult, Outcome, Provenance
@@ -1058,9 +1064,15 @@ class Campaign:
 
 
 def _interval(result: EvalResult, settings: AcceptanceSettings, seed: int) -> Interval | None:
+    """The acceptance interval of ``result`` against the incumbent it was timed with;
+    ``None`` when it was not timed against one, or when its point estimate is below the bar
+    (not significant whatever its interval, :func:`~tuned.acceptance.decide`: the bootstrap
+    is skipped)."""
     samples = result.metadata.get("samples") or {}
     incumbent = result.metadata.get("incumbent_samples") or {}
     if result.outcome is not Outcome.OK or not incumbent:
+        return None
+    if speedup_point(samples, incumbent) < 1.0 + settings.min_gain:
         return None
     return speedup_interval(samples, incumbent, np.random.default_rng(seed), settings)
 

@@ -10,8 +10,10 @@ every specialization, check, time. With it::
 - The policy proposes a small batch at a time (:meth:`Campaign.propose_batch`); what is
   compiling or waiting for the GPU counts as *pending*: never proposed again, and counted as
   pulls in flight by the bandit (:func:`policies.propose_batch`).
-- Up to ``lookahead`` candidates are in flight per campaign (default 2: one on the GPU,
-  the next compiled and waiting). Each decision made before the results ahead of it are
+- Up to ``lookahead`` candidates wait per campaign beside the one on the GPU (default 2),
+  plus up to ``compiling`` (default 4) more while proposed ones are still compiling: then
+  the GPU would wait anyway, and the policy knows no more by waiting. Each decision made
+  before the results ahead of it are
   known is a less informed one: replayed on recorded spaces (``bench/lookahead_replay.py``,
   bench/RESULTS.md), evaluations to 99 % of the optimum grow with the look-ahead (on the
   H100 matmul space: 26.9 at 1, 30.2 at 2, 35.9 at 4, 61.4 at 17). So the look-ahead
@@ -25,8 +27,12 @@ every specialization, check, time. With it::
   (:class:`~tuned.evaluation.compile_pool.CompilePool`), which imports and compiles it into
   the Triton cache the GPU worker reads; a failure there (static rejection, import error,
   hang, compiler crash, compile error) is recorded as the candidate's evaluation at once.
-- The GPU worker takes ready candidates in the order they were proposed (deterministic for a
-  given history) and evaluates them one at a time, exactly as :meth:`Campaign.evaluate` does:
+- Before the baseline is measured (on the GPU worker), the pool compiles what the policy
+  will propose first (:meth:`Campaign.likely_first`), so the GPU need not wait for those.
+- The GPU worker takes the first candidate, in the order proposed, that the pool is done
+  with (``in_order``: only the first proposed; deterministic for a given history, which
+  the default is only when compiles keep ahead) and evaluates them one at a time, exactly
+  as :meth:`Campaign.evaluate` does:
   benchmarks are never concurrent on a GPU, so timings are not disturbed; the pool's
   compiling overlaps with the worker's correctness runs and benchmarks.
 - Each result's ``phase_seconds`` gains ``compile_queue`` (waiting for a compile process),
@@ -82,10 +88,13 @@ GPU_QUEUE_PHASE = "gpu_queue"
 
 @dataclass(frozen=True)
 class PipelineSettings:
-    """``batch_size``: suggestions asked of the policy at once. ``lookahead``: candidates in
-    flight per campaign (compiling, compiled and waiting, or on the GPU); see the module
-    docstring for why it is short. ``speculate``: give idle compile processes the
-    candidates the policy is likely to propose next."""
+    """``batch_size``: suggestions asked of the policy at once. ``lookahead``: candidates
+    waiting per campaign beside the one on the GPU; see the module docstring for why it is
+    short. ``compiling``: up to this many more while proposed candidates are still
+    compiling. ``in_order``: the GPU takes candidates strictly in the order proposed (by
+    default, the first compiled). ``speculate``: give idle compile processes the
+    candidates the policy is likely to propose next (and, before the baseline, those it
+    will propose first)."""
 
     batch_size: int = 4
     lookahead: int = 2

@@ -151,7 +151,10 @@ class _LineReader:
 #: Spare workers kept started on a GPU (see the module docstring). On the H100 box, with a
 #: compile process per core, a spare took about 7 s to start and prepare, while early in a
 #: campaign acceptances came every 3-4 s: with two, a re-measurement still waited 1-2 s.
-GPU_SPARES = 3
+#: Once the pipeline fed the GPU from the first second (tuned/pipeline.py), four acceptances
+#: came within 3 s (H200): with three, the fourth waited 3.7 s for a spare still starting.
+#: Each costs a CUDA context and the kernel's inputs on the GPU (about 0.6 GB for the matmul).
+GPU_SPARES = 4
 
 #: A prepare request larger than this is not sent: a spare reads it only once started, and a
 #: write larger than the pipe's buffer would block until then.
