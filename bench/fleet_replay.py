@@ -68,12 +68,19 @@ def optimum_s(cache: Path) -> float:
     return best
 
 
-def make_entry(root: Path, cache: Path, seed: int) -> KernelSpec:
+def make_entry(
+    root: Path, cache: Path, seed: int, baseline: dict[str, object] | None = None
+) -> KernelSpec:
+    """A replay entry of ``cache`` in ``root`` (``baseline``: its knobs; default a seeded
+    draw, tuned.registry.replay)."""
     entry = root / cache.name.split(".")[0].replace("_", "-").lower()
     entry.mkdir(parents=True, exist_ok=True)
-    (entry / "kernel.yaml").write_text(
+    text = (
         f"name: {entry.name}\nkind: replay\ncache: {cache.resolve()}\nnoise: none\nseed: {seed}\n"
     )
+    if baseline:
+        text += "baseline: {" + ", ".join(f"{k}: {v}" for k, v in baseline.items()) + "}\n"
+    (entry / "kernel.yaml").write_text(text)
     return load_entry(entry)
 
 
@@ -96,10 +103,11 @@ def replay_campaign(
     *,
     policy: str,
     client_type: type[ReplayClient] = ReplayClient,
+    baseline: dict[str, object] | None = None,
 ) -> tuple[Campaign, SqliteStore, ReplayClient]:
     """A campaign on a fresh store in ``root`` over a replay entry of ``cache`` (the
     caller closes the store)."""
-    spec = make_entry(root, cache, seed)
+    spec = make_entry(root, cache, seed, baseline)
     store = SqliteStore(root / "ktuned.sqlite")
     store.sync_kernel(spec)
     client = client_type(spec)

@@ -55,15 +55,16 @@ for path in (ROOT, ROOT / "bench"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
+from fleet_replay import replay_campaign  # noqa: E402
+
 from policies import DEFAULT_POLICY  # noqa: E402
-from tuned.campaign import Campaign, TuneSettings  # noqa: E402
+from tuned.campaign import Campaign  # noqa: E402
 from tuned.evaluation.client import EvaluationSettings  # noqa: E402
 from tuned.evaluation.compile_pool import Precompiled  # noqa: E402
 from tuned.evaluation.replay import ReplayClient  # noqa: E402
 from tuned.outcomes import Candidate, EvalResult, Outcome, Provenance  # noqa: E402
 from tuned.pipeline import CampaignPipeline, PipelineSettings  # noqa: E402
-from tuned.registry import KernelSpec, load_entry  # noqa: E402
-from tuned.store import SqliteStore  # noqa: E402
+from tuned.registry import KernelSpec  # noqa: E402
 
 DEFAULT_SPACE = ROOT / "bench" / "data" / "matmul4096_H100.json.gz"
 KNOBS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages")
@@ -265,27 +266,18 @@ def run_one(space_path: Path, variant: str, seed: int, *, workers: int, cap: int
     goal_ms = best * WITHIN
     clock = Clock()
     with tempfile.TemporaryDirectory(prefix="timed-replay-") as tmp:
-        entry = Path(tmp) / "matmul-4096"
-        entry.mkdir()
-        baseline = ", ".join(f"{k}: {v}" for k, v in doc["baseline"].items())
-        (entry / "kernel.yaml").write_text(
-            f"name: matmul-4096\nkind: replay\ncache: {space_path.resolve()}\nnoise: none\n"
-            f"seed: {seed}\nbaseline: {{{baseline}}}\n"
+        campaign, store, client = replay_campaign(
+            Path(tmp),
+            space_path,
+            seed,
+            policy=DEFAULT_POLICY,
+            client_type=TimedClient,
+            baseline=doc["baseline"],
         )
-        spec = load_entry(entry)
-        store = SqliteStore(Path(tmp) / "ktuned.sqlite")
         try:
-            store.sync_kernel(spec)
-            client = TimedClient(spec)
+            assert isinstance(client, TimedClient)
             client.clock = clock
-            fid = store.record_fingerprint(client.start())
-            campaign = Campaign(
-                spec=spec,
-                store=store,
-                client=client,
-                fingerprint=fid,
-                settings=TuneSettings(budget=None, policy=DEFAULT_POLICY, seed=seed),
-            )
+            spec, fid = campaign.spec, campaign.fingerprint
             pool = SimPool(clock, workers, space)
             settings, first_guess = VARIANTS[variant]
             kind = SimPipeline if first_guess else NoFirstGuess

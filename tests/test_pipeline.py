@@ -286,46 +286,6 @@ def test_the_throughput_benchmark_runs_in_smoke_mode(tmp_path: Path) -> None:
     assert summary["policy_evaluations"] == len(steps)
 
 
-def test_the_speculative_guess_is_what_the_policy_proposes_next_and_changes_nothing(
-    tmp_path: Path,
-) -> None:
-    from tuned.evaluation.replay import ReplayClient
-
-    fixture = Path(__file__).resolve().parent / "fixtures" / "convolution_A6000_small.json.gz"
-    entry = tmp_path / "conv"
-    entry.mkdir()
-    (entry / "kernel.yaml").write_text(
-        f"name: conv\nkind: replay\ncache: {fixture}\nnoise: none\nseed: 3\n"
-    )
-    spec = load_entry(entry)
-    store = SqliteStore(tmp_path / "ktuned.sqlite")
-    store.sync_kernel(spec)
-    client = ReplayClient(spec)
-    fid = store.record_fingerprint(client.start())
-    campaign = Campaign(
-        spec=spec, store=store, client=client, fingerprint=fid, settings=TuneSettings(budget=None)
-    )
-    assert campaign.likely_next(4) == []  # no policy yet: nothing to guess from
-    for _ in range(12):
-        assert campaign.step() is not None
-    assert campaign._policy is not None
-    before = campaign._policy.to_dict()
-    evaluated = {t.candidate_id for t in store.trials(spec.name, spec.generation, fid)}
-
-    guess = campaign.likely_next(8)
-    assert len(guess) == 8 and len({c.id for c in guess}) == 8
-    assert not {c.id for c in guess} & evaluated  # only what has no result
-    assert all(client.admits(dict(c.knobs)) for c in guess)  # only inside the space
-    assert campaign._policy.to_dict() == before  # a guess: the policy is untouched
-    skipped = campaign.likely_next(8, exclude={guess[0].id})
-    assert guess[0].id not in {c.id for c in skipped}
-
-    # With no result in between, the policy's next proposal is the guess's first.
-    ((_, proposed),) = campaign.propose_batch(1)
-    assert proposed.id == guess[0].id
-    store.close()
-
-
 def test_speculation_changes_no_decision_and_a_policy_copy_is_independent(
     tmp_path: Path,
 ) -> None:

@@ -71,6 +71,31 @@ def replay(tmp_path: Path):  # type: ignore[no-untyped-def]
     store.close()
 
 
+def test_the_speculative_guess_is_what_the_policy_proposes_next_and_changes_nothing(
+    replay: Campaign,
+) -> None:
+    campaign, client = replay, replay.client
+    assert isinstance(client, ReplayClient)
+    assert campaign.likely_next(4) == []  # no policy yet: nothing to guess from
+    for _ in range(12):
+        assert campaign.step() is not None
+    assert campaign._policy is not None
+    before = campaign._policy.to_dict()
+    evaluated = {t.candidate_id for t in campaign._trials()}
+
+    guess = campaign.likely_next(8)
+    assert len(guess) == 8 and len({c.id for c in guess}) == 8
+    assert not {c.id for c in guess} & evaluated  # only what has no result
+    assert all(client.admits(dict(c.knobs)) for c in guess)  # only inside the space
+    assert campaign._policy.to_dict() == before  # a guess: the policy is untouched
+    skipped = campaign.likely_next(8, exclude={guess[0].id})
+    assert guess[0].id not in {c.id for c in skipped}
+
+    # With no result in between, the policy's next proposal is the guess's first.
+    ((_, proposed),) = campaign.propose_batch(1)
+    assert proposed.id == guess[0].id
+
+
 def test_the_first_guess_is_what_the_policy_proposes_after_the_baseline(
     replay: Campaign,
 ) -> None:
