@@ -52,7 +52,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -261,7 +260,9 @@ class CampaignPipeline:
             if gate_result(campaign.spec, candidate) is None:
                 self.pool.submit(campaign.spec, candidate, speculative=True)
 
-    def _next(self, queue: deque[_InFlight]) -> tuple[_InFlight, Precompiled]:
+    def _next(
+        self, queue: deque[_InFlight], *, interruptible: bool = True
+    ) -> tuple[_InFlight, Precompiled]:
         """Take the next candidate for the GPU worker from ``queue``: the first, in the order
         proposed, that the pool is done with, waiting for one when none is (only the first
         with ``in_order``): the GPU never waits for a compile while a compiled candidate
@@ -270,7 +271,7 @@ class CampaignPipeline:
         s = self.pool.settings
         bound = s.startup_timeout_s + s.load_timeout_s + s.compile_timeout_s + 60.0
         deadline = time.monotonic() + bound
-        with self.interruptible():
+        with self.interruptible() if interruptible else contextlib.nullcontext():
             while True:
                 item = next((i for i in items if i.future.done()), None)
                 if item is not None:
@@ -299,24 +300,9 @@ class CampaignPipeline:
         return self.pool.submit(spec, candidate)
 
     def _wait(self, item: _InFlight, *, interruptible: bool = True) -> Precompiled:
-        """The pool's answer; bounded even if the pool itself failed (then: not compiled).
-        ``interruptible``: a stop request interrupts the wait (the calling thread only)."""
-        s = self.pool.settings
-        bound = s.startup_timeout_s + s.load_timeout_s + s.compile_timeout_s + 60.0
-        deadline = time.monotonic() + bound
-        with self.interruptible() if interruptible else contextlib.nullcontext():
-            while True:
-                try:
-                    return item.future.result(
-                        timeout=min(1.0, max(0.0, deadline - time.monotonic()))
-                    )
-                except FutureTimeout:
-                    if time.monotonic() >= deadline:
-                        log.warning(
-                            "compile pool gave no answer in %.0f s; compiling on the GPU worker",
-                            bound,
-                        )
-                        return _done(item.candidate, "the compile pool gave no answer").result()
+        """The pool's answer for ``item`` alone (:meth:`_next`'s bound). ``interruptible``:
+        a stop request interrupts the wait (the calling thread only)."""
+        return self._next(deque([item]), interruptible=interruptible)[1]
 
 
 @dataclass
