@@ -27,6 +27,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 
 from tuned.campaign import Campaign, TuneSettings
 from tuned.daemon.config import DaemonConfig, load_config
+from tuned.daemon.gated import WORKER_START_REASONS as START_REASONS
 from tuned.daemon.gated import GatedWorkerClient, ShutdownRequested
 from tuned.daemon.gpu import GpuMonitor, open_monitor
 from tuned.daemon.notify import Notifier, Watchdog
@@ -605,11 +606,11 @@ class Daemon:
             self._hardware.set_fingerprint(fingerprint)
 
     def _publish(self) -> None:
-        restarts = sum(max(0, lane.starts - 1) for lane in self._lanes)
+        starts = {r: sum(lane.starts_by_reason[r] for lane in self._lanes) for r in START_REASONS}
         discarded = sum(lane.discarded for lane in self._lanes)
         self.live.update(
             kernel_states=self.scheduler.states(),
-            worker_restarts_total=restarts,
+            worker_starts=starts,
             discarded_total=discarded,
             profiling_state=self._hardware.state if self._hardware else "disabled",
         )

@@ -33,7 +33,13 @@ from tuned.errors import StoreError
 from tuned.llm._db import connect_reader
 from tuned.llm.ledger import BudgetCaps, LedgerDb, open_ledger_reader, read_totals
 from tuned.llm.metrics import llm_families
-from tuned.metrics.live import DAEMON_STATES, PROFILING_STATES, LiveSnapshot, LiveStatus
+from tuned.metrics.live import (
+    DAEMON_STATES,
+    PROFILING_STATES,
+    WORKER_START_REASONS,
+    LiveSnapshot,
+    LiveStatus,
+)
 from tuned.metrics.watermarks import LaggedWatermark
 from tuned.store.api import Store
 from tuned.store.base import EvaluationTotals, KernelProgress
@@ -186,10 +192,20 @@ class StoreCollector(Collector):
             "unexpected errors caught by the daemon's main loop (see its log)",
             value=live.errors_total,
         )
+        starts = CounterMetricFamily(
+            "ktuned_worker_starts",
+            "evaluation workers that took over, by why the previous one went (start, crash, "
+            "timeout, confirm: a fresh worker for a re-measurement, recycle: any other)",
+            labels=["reason"],
+        )
+        for reason in WORKER_START_REASONS:
+            starts.add_metric([reason], live.worker_starts.get(reason, 0))
+        yield starts
         yield CounterMetricFamily(
             "ktuned_worker_restarts",
-            "evaluation worker starts after the first (crashes, timeouts, CUDA faults)",
-            value=live.worker_restarts_total,
+            'DEPRECATED, use ktuned_worker_starts_total{reason="crash"}: workers started '
+            "because the previous one crashed (timeouts and re-measurements are not counted)",
+            value=live.worker_starts.get("crash", 0),
         )
         yield CounterMetricFamily(
             "ktuned_throttled_measurements_discarded",

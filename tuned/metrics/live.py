@@ -15,6 +15,7 @@ __all__ = [
     "DAEMON_STATES",
     "KERNEL_STATES",
     "PROFILING_STATES",
+    "WORKER_START_REASONS",
     "GpuLabels",
     "LiveSnapshot",
     "LiveStatus",
@@ -33,6 +34,9 @@ KERNEL_STATES = (
     "invalid",
     "retired",
 )
+#: Why an evaluation worker took over (tuned.daemon.gated), as exported in
+#: ``ktuned_worker_starts_total{reason}``.
+WORKER_START_REASONS = ("start", "crash", "timeout", "confirm", "recycle")
 #: Every state of hardware feedback, as exported in ``ktuned_profiling_state``
 #: (:class:`tuned.profiling.HardwareFeedback`, docs/profiling.md).
 PROFILING_STATES = ("enabled", "disabled", "interpreter", "unavailable")
@@ -60,7 +64,8 @@ class LiveSnapshot:
     gpu_busy: Mapping[str, bool] = field(default_factory=dict)  # by GpuLabels.gpu
     fingerprint: Mapping[str, str] = field(default_factory=dict)
     errors_total: int = 0
-    worker_restarts_total: int = 0
+    #: Workers that took over, by reason (tuned.daemon.gated.WORKER_START_REASONS).
+    worker_starts: Mapping[str, int] = field(default_factory=dict)
     discarded_total: int = 0
     profiling_state: str = "disabled"
     #: Rows in the local outbox waiting for the PostgreSQL store to answer again
