@@ -174,9 +174,7 @@ def test_a_healthy_burst_does_not_page_and_a_crashing_candidate_does(
             60,
             "KtunedWorkerCrashLoop to fire",
         )
-        wait_for(
-            lambda: prom.query("ktuned_worker_restarts_total == 6"), 30, "restarts == crashes"
-        )
+        wait_for(lambda: prom.query("ktuned_worker_restarts_total == 6"), 30, "restarts == crashes")
     finally:
         prom.stop()
         lane.close()
