@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tuned import __version__
-from tuned.campaign import CampaignSummary, OnResult, TuneSettings
+from tuned.campaign import OnResult, TuneSettings
 from tuned.errors import BadInputError, TunedError
 from tuned.evaluation.client import EvaluationSettings
 from tuned.report import Progress, format_seconds, summary_table
@@ -121,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     status = sub.add_parser("status", help="kernels in the store, their best and their state")
+    status.add_argument("--json", action="store_true", help="print one JSON object")
     state_dir(status)
     store_url(status)
 
@@ -172,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     budget.add_argument(
         "--config", type=Path, default=None, help="the daemon's YAML configuration (its caps)"
     )
+    budget.add_argument("--json", action="store_true", help="print one JSON object")
     state_dir(budget)
     store_url(budget)
     return parser
@@ -298,29 +300,21 @@ def _tune(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    from tuned.reporting.status import status_json, status_table
+    from tuned.store.overview import kernel_overview
+
     store, _ = _open_store(args)
     try:
-        kernels = store.kernels()
+        kernels = kernel_overview(store)
         invalid = store.invalid_entries()
+        if args.json:
+            print(status_json(store.location, kernels, invalid))
+            return EXIT_OK
         print(f"store: {store.location}")
         if not kernels and not invalid:
             print("no kernels yet: run `ktuned tune REGISTRY_DIR`")
             return EXIT_OK
-        rows = []
-        for k in kernels:
-            best = store.best(k.name)
-            summary = CampaignSummary(kernel=k.name)
-            if best is not None:
-                summary.baseline_s, summary.best_s = best.baseline_time_s, best.time_s
-                for t in store.trials(k.name, k.generation, best.fingerprint):
-                    summary.outcomes[t.result.outcome.value] += 1
-                    summary.evaluations += t.provenance.value != "original"
-                summary.timing_kind = best.timing_kind
-            summary.note = "" if k.state == "active" else f"state {k.state}"
-            if k.state == "needs_llm" and k.reason:
-                summary.note += f" ({k.reason})"
-            rows.append(summary)
-        print(summary_table(rows))
+        print(status_table(kernels))
         from tuned.runtime.notes import status_notes
 
         notes = status_notes(store)
@@ -442,20 +436,20 @@ def _export(args: argparse.Namespace) -> int:
 
 def _budget(args: argparse.Namespace) -> int:
     from tuned.daemon import DaemonConfig, load_config
-    from tuned.llm.budget import budget_report
+    from tuned.llm.budget import budget_data, budget_report
     from tuned.store.url import default_store_url, sqlite_path
 
     config = load_config(args.config) if args.config else DaemonConfig()
     state = args.state_dir or config.state_dir
     url = args.store or config.store or default_store_url(state)
     local = sqlite_path(url)  # a fleet's PostgreSQL store: its shared ledger, this box's log
-    report = budget_report(
-        local or state / "ktuned-llm.sqlite",
-        config.llm,
-        source=config.source,
-        ledger_url=None if local else url,
-    )
-    print(report, end="")
+    where = local or state / "ktuned-llm.sqlite"
+    ledger_url = None if local else url
+    if args.json:
+        data = budget_data(where, config.llm, source=config.source, ledger_url=ledger_url)
+        print(json.dumps(data, indent=2))
+        return EXIT_OK
+    print(budget_report(where, config.llm, source=config.source, ledger_url=ledger_url), end="")
     return EXIT_OK
 
 

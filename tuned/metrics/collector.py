@@ -43,6 +43,7 @@ from tuned.metrics.live import (
 from tuned.metrics.watermarks import LaggedWatermark
 from tuned.store.api import Store
 from tuned.store.base import EvaluationTotals, KernelProgress
+from tuned.store.overview import kernel_overview
 from tuned.store.sqlite import SqliteStore
 from tuned.store.url import open_store, sqlite_path
 
@@ -113,6 +114,7 @@ class StoreCollector(Collector):
         self._progress: dict[str, KernelProgress] = {}
         self._progress_mark = LaggedWatermark((0, 0), lag_s=watermark_lag_s, clock=clock)
         self._touched: set[str] = set()
+        self._states: dict[str, str] = {}  # each kernel's state at the previous scrape
         self._hardware: dict[str, tuple[dict[str, object] | None, float | None]] = {}
         self._hardware_token = -1
         self._profiling_mark = LaggedWatermark((0,), lag_s=watermark_lag_s, clock=clock)
@@ -278,13 +280,18 @@ class StoreCollector(Collector):
             "when the incumbent was accepted, or the baseline measured (Unix time)",
             labels=["kernel"],
         )
-        live_states = live.kernel_states if live is not None else {}
+        progress = self._current_progress(store)
+        # The states `ktuned status` and `ktuned report` show (tuned.store.overview): the
+        # daemon's scheduler's where it tracks the kernel, else derived from the store (kept
+        # for kernels without new rows since the previous scrape).
+        known = {n: s for n, s in self._states.items() if n not in self._touched}
+        known.update(live.kernel_states if live is not None else {})
+        overview = kernel_overview(store, live_states=known, progress=progress, outcomes={})
+        self._states = {o.name: o.state for o in overview}
         live_names: set[str] = set()
-        for k in self._current_progress(store):
-            state = k.state if k.state in ("invalid", "retired", "needs_llm") else "new"
-            if k.state == "active":
-                state = live_states.get(k.name, state)
-            states.add_metric([k.name, state], 1.0)
+        for o in overview:
+            k = o.progress
+            states.add_metric([k.name, o.state], 1.0)
             if k.state == "retired":
                 continue
             live_names.add(k.name)

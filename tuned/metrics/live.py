@@ -11,6 +11,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from tuned.store.overview import KERNEL_STATES  # every kernel state (one list for all)
+
 __all__ = [
     "DAEMON_STATES",
     "KERNEL_STATES",
@@ -23,17 +25,6 @@ __all__ = [
 
 #: Every state of the daemon, as exported in ``ktuned_daemon_state``.
 DAEMON_STATES = ("starting", "tuning", "idle", "paused_gpu_busy", "reloading", "stopping")
-#: Every state of a kernel, as exported in ``ktuned_kernel_state`` (docs/service.md).
-KERNEL_STATES = (
-    "new",
-    "tuning",
-    "converged",
-    "exhausted",
-    "failed",
-    "needs_llm",
-    "invalid",
-    "retired",
-)
 #: Why an evaluation worker took over (tuned.daemon.gated), as exported in
 #: ``ktuned_worker_starts_total{reason}``.
 WORKER_START_REASONS = ("start", "crash", "timeout", "confirm", "recycle")
