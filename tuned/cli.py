@@ -147,7 +147,22 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--check-config",
         action="store_true",
-        help="validate the configuration, print it and exit (0 valid, 2 invalid)",
+        help="validate the configuration (registry.path must exist), print it in force as "
+        "YAML and exit (0 valid, 2 invalid)",
+    )
+
+    deploy = sub.add_parser("deploy", help="the service's files (unit, config, rules, dashboard)")
+    deploy_sub = deploy.add_subparsers(dest="deploy_command", required=True)
+    install = deploy_sub.add_parser(
+        "install",
+        help="write the systemd unit, example config and registry, Prometheus rules, Grafana "
+        "dashboard and docs under a prefix (docs/service.md)",
+    )
+    install.add_argument(
+        "--prefix", type=Path, default=Path("/"), help="root to install under (default: /)"
+    )
+    install.add_argument(
+        "--force", action="store_true", help="replace an existing /etc/ktuned/ktuned.yaml too"
     )
 
     report = sub.add_parser("report", help="PNG plots and an HTML summary of the store")
@@ -202,6 +217,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _export(args)
         if args.command == "budget":
             return _budget(args)
+        if args.command == "deploy":
+            return _deploy(args)
         return _registry_check(args)
     except BadInputError as exc:
         print(f"ktuned: error: {exc}", file=sys.stderr)
@@ -402,7 +419,11 @@ def _run(args: argparse.Namespace) -> int:
 
     config = load_config(args.config) if args.config else DaemonConfig()
     if args.check_config:
-        print(f"configuration {config.source} is valid:\n{config}")
+        from tuned.daemon.effective import check_paths, config_yaml
+
+        check_paths(config)
+        print(f"# configuration {config.source} is valid; in force (defaults included):")
+        print(config_yaml(config), end="")
         return EXIT_OK
     if not args.verbose:
         logging.getLogger().setLevel(config.log_level.upper())
@@ -450,6 +471,20 @@ def _budget(args: argparse.Namespace) -> int:
         print(json.dumps(data, indent=2))
         return EXIT_OK
     print(budget_report(where, config.llm, source=config.source, ledger_url=ledger_url), end="")
+    return EXIT_OK
+
+
+def _deploy(args: argparse.Namespace) -> int:
+    from tuned.deployment import install
+
+    for f in install(args.prefix, force=args.force):
+        print(f"{f.action:<9}{f.path}")
+    config = args.prefix / "etc/ktuned/ktuned.yaml"
+    print(
+        f"next: edit {config} (registry.path: the example registry for now), check it with "
+        f"`ktuned run --config {config} --check-config`, then `systemctl daemon-reload && "
+        "systemctl enable --now ktuned` (docs/service.md)"
+    )
     return EXIT_OK
 
 
