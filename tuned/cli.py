@@ -425,8 +425,9 @@ def _run(args: argparse.Namespace) -> int:
         print(f"# configuration {config.source} is valid; in force (defaults included):")
         print(config_yaml(config), end="")
         return EXIT_OK
-    if not args.verbose:
-        logging.getLogger().setLevel(config.log_level.upper())
+    from tuned.daemon.journal import configure_logging
+
+    configure_logging(logging.DEBUG if args.verbose else getattr(logging, config.log_level.upper()))
     Daemon(config, config_path=args.config).run()
     return EXIT_OK
 

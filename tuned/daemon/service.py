@@ -30,6 +30,7 @@ from tuned.daemon.config import DaemonConfig, load_config
 from tuned.daemon.gated import WORKER_START_REASONS as START_REASONS
 from tuned.daemon.gated import GatedWorkerClient, ShutdownRequested
 from tuned.daemon.gpu import GpuMonitor, open_monitor
+from tuned.daemon.journal import BestJournal
 from tuned.daemon.notify import Notifier, Watchdog
 from tuned.daemon.scheduler import Scheduler
 from tuned.daemon.signals import SignalGate
@@ -185,6 +186,7 @@ class Daemon:
         else:
             self._store = open_store(url)
         log.info("store: %s", redact(url))
+        self._journal = BestJournal(self._store)
         registry = CollectorRegistry()
         self._collector = StoreCollector(
             url,
@@ -366,6 +368,7 @@ class Daemon:
         self.live.update(daemon_state="tuning", current_kernel=name)
         self.notifier.status(self._status_line())
         stale_id = self.scheduler.revalidation(name)
+        self._journal.before(name)
         with self.watchdog.busy(self._evaluation_bound()):
             if stale_id is not None:  # a stale best goes before any new candidate
                 row = revalidate(campaign, stale_id)
@@ -376,6 +379,7 @@ class Daemon:
                 row = self._pipeline.step(campaign)
             else:
                 row = campaign.step()
+        self._journal.after(name)  # one `event=best` line per accepted best
         now = time.time()
         if row is None and campaign.needs_llm:
             # A reference entry waiting for the LLM (docs/llm.md): without one configured
