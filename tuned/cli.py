@@ -262,6 +262,7 @@ def _tune(args: argparse.Namespace) -> int:
             f"{args.path} does not exist; give a registry directory, an entry "
             "directory or a kernel.yaml"
         )
+    args.path = _entry_path(args.path)
     fleet = False
     if args.store:
         from tuned.store.url import sqlite_path
@@ -394,10 +395,21 @@ def _best(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _entry_path(path: Path) -> Path:
+    """A registry or entry directory; an entry's ``kernel.yaml`` stands for its directory."""
+    if path.is_file():
+        if path.name != "kernel.yaml":
+            raise BadInputError(
+                f"{path} is a file; give a registry directory, an entry directory or a kernel.yaml"
+            )
+        return path.parent
+    return path
+
+
 def _registry_check(args: argparse.Namespace) -> int:
     from tuned.registry import format_problems, scan_registry
 
-    scan = scan_registry(args.path)
+    scan = scan_registry(_entry_path(args.path))
     for spec in scan.entries:
         space = spec.space_size() if spec.knobs else 0
         if spec.replay is not None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -63,6 +64,7 @@ class GatedWorkerClient(WorkerClient):
         #: Workers that took over, by why the previous one went (the module docstring).
         self.starts_by_reason = dict.fromkeys(WORKER_START_REASONS, 0)
         self._next_reason = "start"
+        self._reaping: set[int] = set()  # pids of killed workers a thread waits for
 
     def own_pids(self) -> set[int]:
         """This process, the worker and its spares: their GPU use is not foreign work."""
@@ -79,10 +81,20 @@ class GatedWorkerClient(WorkerClient):
         return fingerprint
 
     def fresh(self) -> None:
-        """:meth:`WorkerClient.fresh`, counted as a ``confirm`` start when the next one runs."""
+        """:meth:`WorkerClient.fresh`, counted as a ``confirm`` start when the next one runs.
+
+        The old worker is killed without waiting (a CUDA process takes a second or two to
+        exit); a thread waits for it, so it never stays a zombie while the daemon runs."""
         if self._child is not None:
             self._next_reason = "confirm"
         super().fresh()
+        for proc in self._dying:
+            if proc.pid not in self._reaping:
+                self._reaping.add(proc.pid)
+                threading.Thread(
+                    target=proc.wait, name=f"ktuned-reap-{proc.pid}", daemon=True
+                ).start()
+        self._reaping &= {proc.pid for proc in self._dying}
 
     def evaluate(
         self, spec: KernelSpec, candidate: Candidate, *args: Any, **kwargs: Any
