@@ -10,7 +10,7 @@ from pathlib import Path
 from tuned import __version__
 from tuned.errors import BadInputError
 from tuned.report import format_seconds
-from tuned.reporting.plots import plot_outcomes, plot_speedups, plot_strategies
+from tuned.reporting.plots import plot_history, plot_outcomes, plot_speedups, plot_strategies
 from tuned.store.api import Store
 from tuned.store.overview import kernel_overview
 
@@ -27,7 +27,8 @@ pre { background: #f6f6f6; padding: 0.5em; white-space: pre-wrap; }
 
 
 def write_report(store: Store, out: Path) -> Path:
-    """Write ``out/index.html`` with ``speedup.png``, ``outcomes.png``, ``strategies.png``."""
+    """Write ``out/index.html`` with ``speedup.png``, ``history.png``, ``outcomes.png`` and
+    ``strategies.png``."""
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -47,7 +48,18 @@ def write_report(store: Store, out: Path) -> Path:
         ]
         for k in progress
     }
-    plot_speedups(current, accepted, out / "speedup.png")
+    intervals = {
+        k.name: {
+            str(a["candidate_id"]): (float(i["low"]), float(i["high"]))
+            for a in store.acceptances(k.name)
+            if a["status"] == "accepted"
+            for i in [a.get("second") or a.get("first") or {}]
+            if "low" in i and "high" in i
+        }
+        for k in progress
+    }
+    plot_speedups(current, accepted, out / "speedup.png", intervals)
+    plot_history(current, out / "history.png")
     plot_outcomes(every, out / "outcomes.png")
     plot_strategies(arms, out / "strategies.png")
     speedups = [o.speedup for o in overview if o.speedup and o.state != "retired"]
@@ -97,6 +109,7 @@ evaluations in all (every generation and fingerprint, as `ktuned status` and /me
 <table><tr>{"".join(f"<th>{h}</th>" for h in headers.split())}</tr>
 {"".join(rows)}</table>
 <h2>Speedup over time</h2><img src="speedup.png" alt="best speedup per kernel over time">
+<h2>Optimization history</h2><img src="history.png" alt="every trial's speedup and the best so far">
 <h2>Evaluations by outcome</h2><img src="outcomes.png" alt="evaluations by outcome">
 <h2>Strategies</h2><img src="strategies.png" alt="strategy pulls and mean reward">
 {"<h2>Invalid registry entries</h2>" + invalid if invalid else ""}
