@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tuned import __version__
-from tuned.campaign import CampaignSummary, OnResult, TuneSettings
 from tuned.errors import BadInputError, TunedError
 from tuned.evaluation.client import EvaluationSettings
 from tuned.report import Progress, format_seconds, summary_table
+from tuned.search import CampaignSummary, OnResult, TuneSettings
 from tuned.store.api import Store
 from tuned.store.sqlite import SqliteStore
 

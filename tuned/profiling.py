@@ -1,6 +1,6 @@
 """Hardware feedback for campaigns: Nsight Compute profiles and roofline fractions, cached.
 
-:class:`HardwareFeedback` is what a :class:`~tuned.campaign.Campaign` asks, after each
+:class:`HardwareFeedback` is what a :class:`~tuned.search.Campaign` asks, after each
 step, to profile the candidates whose profile matters (the incumbent and each cluster's
 representative: the profile that decides a cluster's masks, see :mod:`policies.masks`), and
 to give the policy what is known (``Trial.metrics``: ``sol_sm``, ``sol_dram``, ``sol_l2`` ...).

@@ -19,11 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuned.campaign import Campaign, CampaignSummary, OnResult, TuneSettings
 from tuned.errors import BadInputError
 from tuned.evaluation.client import GPU_SPARES, EvaluationSettings, WorkerClient
 from tuned.evaluation.replay import ReplayClient
 from tuned.registry import KernelSpec, Problem, scan_registry
+from tuned.search import Campaign, CampaignSummary, OnResult, TuneSettings
 from tuned.store.api import Store
 from tuned.store.claims import ClaimSettings
 

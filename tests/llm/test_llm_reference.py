@@ -18,7 +18,6 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from tests.llm.chat_server import ChatServer, fenced, reply
-from tuned.campaign import Campaign, TuneSettings
 from tuned.cli import main as cli_main
 from tuned.errors import RegistryError
 from tuned.evaluation import EvaluationSettings, WorkerClient
@@ -30,6 +29,7 @@ from tuned.llm.setup import open_proposer
 from tuned.metrics import StoreCollector
 from tuned.outcomes import Outcome, Provenance
 from tuned.registry import KernelSpec, load_entry
+from tuned.search import Campaign, TuneSettings
 from tuned.store import SqliteStore
 
 #: A deliberately slow reference (a Python loop over elements), so that the interpreted

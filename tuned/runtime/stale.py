@@ -22,7 +22,7 @@ from tuned.store.api import Store
 from tuned.store.base import TrialRow
 
 if TYPE_CHECKING:
-    from tuned.campaign import Campaign
+    from tuned.search import Campaign
 
 __all__ = ["classify_fingerprints", "revalidate", "stale_bests"]
 
