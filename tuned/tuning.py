@@ -29,21 +29,12 @@ from tuned.store.claims import ClaimSettings
 
 __all__ = [
     "TuneReport",
-    "default_state_dir",
     "detect_interpreter",
     "tune_claims",
     "tune_registry",
 ]
 
 log = logging.getLogger(__name__)
-
-
-def default_state_dir() -> Path:
-    """``$KTUNED_STATE_DIR``, else ``$XDG_STATE_HOME/ktuned``, else ``~/.local/state/ktuned``."""
-    if os.environ.get("KTUNED_STATE_DIR"):
-        return Path(os.environ["KTUNED_STATE_DIR"])
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "ktuned"
 
 
 def detect_interpreter(device: str) -> bool:

@@ -31,6 +31,7 @@ from types import ModuleType
 from typing import Any
 
 from tuned.errors import StoreError, TunedError
+from tuned.paths import resolve_store_path
 from tuned.runtime.plan import Plan, plan_for
 from tuned.runtime.shapes import DEFAULT_SHAPE_SETTINGS, ShapeSettings
 from tuned.runtime.standalone import (
@@ -54,8 +55,6 @@ log = logging.getLogger("tuned.runtime")
 #: ``"original"`` (run the original, log once), ``"error"`` (raise), or a callable to run.
 Fallback = str | Callable[..., Any]
 
-STORE_FILE = "ktuned.sqlite"
-
 
 class RuntimeLoadError(TunedError):
     """``load`` cannot give a callable: unknown kernel, missing store, a tampered original,
@@ -68,16 +67,6 @@ def current_fingerprint() -> dict[str, str]:
     from tuned.evaluation.worker import fingerprint
 
     return fingerprint(runtime_device())
-
-
-def resolve_store_path(store: str | os.PathLike[str] | None) -> Path:
-    """A state directory (its ``ktuned.sqlite``) or a database file; ``None``: the default
-    state directory (``$KTUNED_STATE_DIR``, else ``$XDG_STATE_HOME/ktuned``, else
-    ``~/.local/state/ktuned``), as every ktuned command uses."""
-    from tuned.tuning import default_state_dir
-
-    path = Path(store) if store is not None else default_state_dir()
-    return path / STORE_FILE if path.is_dir() or path.suffix != ".sqlite" else path
 
 
 def load(

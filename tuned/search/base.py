@@ -29,7 +29,7 @@ from tuned.acceptance import (
 )
 from tuned.evaluation.client import WorkerClient
 from tuned.outcomes import Candidate, EvalResult, Outcome, Provenance
-from tuned.profiling import merge_metrics
+from tuned.profiling import HardwareFeedback, merge_metrics
 from tuned.registry.spec import KernelSpec, KnobValue
 from tuned.store.api import Store
 from tuned.store.base import TrialRow
@@ -37,9 +37,8 @@ from tuned.store.claims import ClaimSettings
 
 log = logging.getLogger(__name__)
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the LLM client is imported only where an LLM is configured
     from tuned.llm.proposer import LlmProposer
-    from tuned.profiling import HardwareFeedback
 
 
 @dataclass(frozen=True)
