@@ -14,8 +14,9 @@ from tuned.evaluation.client import EvaluationSettings, WorkerClient
 from tuned.metrics import LiveStatus, StoreCollector
 from tuned.outcomes import EvalResult, Outcome, Provenance
 from tuned.runtime import current_fingerprint, load
-from tuned.runtime.stale import revalidate, stale_bests
+from tuned.runtime.stale import stale_bests
 from tuned.search import Campaign, TuneSettings
+from tuned.search.revalidation import revalidate
 from tuned.store.base import TrialRow
 from tuned.store.sqlite import SqliteStore
 
