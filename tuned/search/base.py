@@ -162,7 +162,7 @@ class CampaignBase:
                 stored = self.store.candidate(row.candidate_id, self.spec.generation)
                 if stored is not None:
                     return stored
-            from tuned.llm.reference import baseline_source
+            from tuned.evaluation.reference import baseline_source
 
             return Candidate(
                 kernel=self.spec.name,

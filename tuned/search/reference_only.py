@@ -44,8 +44,8 @@ class ReferenceOnlyCampaign(JudgingCampaign):
 
     def _reference_baseline(self) -> TrialRow:
         """Measure a reference entry's baseline, the faster of eager PyTorch and
-        ``torch.compile`` (:mod:`tuned.llm.reference`), and record it as the original."""
-        from tuned.llm.reference import baseline_source, measure_reference
+        ``torch.compile`` (:mod:`tuned.evaluation.reference`), and record it as the original."""
+        from tuned.evaluation.reference import baseline_source, measure_reference
 
         s = self.client.settings
         result, wall = measure_reference(
