@@ -4,6 +4,7 @@ environment, `ktuned deploy install` its service files and `ktuned run --check-c
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -16,8 +17,16 @@ import yaml
 from tests.daemon.conftest import ROOT
 
 
-def _run(*cmd: str | Path, cwd: Path | None = None, timeout: float = 600) -> str:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+def _run(
+    *cmd: str | Path,
+    cwd: Path | None = None,
+    timeout: float = 600,
+    env: dict[str, str] | None = None,
+) -> str:
+    env = {
+        **{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")},
+        **(env or {}),
+    }
     run = subprocess.run(
         [str(c) for c in cmd], capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout
     )
@@ -93,6 +102,22 @@ def test_the_wheel_installs_a_service_that_checks_out(tmp_path: Path) -> None:
     # The example registry is valid as installed.
     listed = _run(ktuned, "registry", "check", registry, cwd=tmp_path)
     assert "softmax" in listed and " 0 invalid" in listed
+
+    # ... and tunes from the wheel alone: its worker imports the installed package.
+    tuned = _run(
+        ktuned,
+        "tune",
+        registry / "vector_add" / "kernel.yaml",
+        "--budget",
+        "1",
+        "--state-dir",
+        tmp_path / "state",
+        "--compile-workers",
+        "0",
+        cwd=tmp_path,
+        env={"TRITON_INTERPRET": "1"},
+    )
+    assert re.search(r"^vector_add\s+\S+ \S+\s+\S+ \S+\s+[0-9.]+x\s+1\s", tuned, re.M), tuned
 
     # An operator's configuration is kept on a second install; a missing registry is rejected.
     config.write_text(config.read_text().replace(str(registry), "/nonexistent/registry"))

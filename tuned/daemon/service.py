@@ -17,8 +17,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,7 +26,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 from tuned.daemon.config import DaemonConfig, load_config
 from tuned.daemon.gated import WORKER_START_REASONS as START_REASONS
 from tuned.daemon.gated import GatedWorkerClient, ShutdownRequested
-from tuned.daemon.gpu import GpuMonitor, open_monitor
+from tuned.daemon.gpu import GpuMonitor, interpreter_mode, open_monitor
 from tuned.daemon.journal import BestJournal
 from tuned.daemon.notify import Notifier, Watchdog
 from tuned.daemon.scheduler import Scheduler
@@ -70,28 +68,6 @@ def _nvml_monitor(config: DaemonConfig, interpreter: bool) -> GpuMonitor:
         busy_utilization_percent=config.gpu.busy_utilization_percent,
         busy_memory_bytes=config.gpu.busy_memory_bytes,
     )
-
-
-def _interpreter_mode(device: str) -> bool:
-    """``device`` resolved as ``ktuned tune`` does, but probing CUDA in a short-lived child:
-    the daemon itself never imports torch (hundreds of MiB it would keep for months)."""
-    from tuned.tuning import detect_interpreter
-
-    if device != "auto" or os.environ.get("TRITON_INTERPRET") == "1":
-        return detect_interpreter(device)
-    probe = "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 3)"
-    try:
-        code = subprocess.run([sys.executable, "-c", probe], timeout=300, check=False).returncode
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        log.warning("could not probe for CUDA (%s): using Triton's interpreter", exc)
-        return True
-    if code != 0:
-        log.warning(
-            "no CUDA GPU found: kernels run in Triton's interpreter on the CPU; "
-            "correctness is real, timings are interpreter timings"
-        )
-        return True
-    return False
 
 
 #: Longest a fleet daemon's step waits for other daemons' claims before it moves on.
@@ -199,7 +175,7 @@ class Daemon:
         ProcessCollector(registry=registry)
         self.server = MetricsServer(host=cfg.metrics.host, port=cfg.metrics.port, registry=registry)
         self.server.start()
-        interpreter = _interpreter_mode(cfg.device)
+        interpreter = interpreter_mode(cfg.device)
         lanes = cfg.gpu.lanes
         self._monitors = [
             self.monitor_factory(
