@@ -122,21 +122,27 @@ def kernel_overview(
     by_kernel: dict[str, dict[str, int]] = {}
     for (kernel, outcome), n in outcomes.items():
         by_kernel.setdefault(kernel, {})[outcome] = n
-    reasons = {k.name: k.reason for k in store.kernels()}
+    states = {}
+    for p in progress:
+        if p.state in ("invalid", "retired", "needs_llm"):
+            states[p.name] = p.state
+        elif live_states is not None and p.name in live_states:
+            states[p.name] = live_states[p.name]
+        else:
+            states[p.name] = _derived_state(store, p, converge_after, min_gain)
+    explained = {"needs_llm", "invalid"}
+    reasons = (
+        {k.name: k.reason for k in store.kernels()} if explained & set(states.values()) else {}
+    )
     out = []
     for p in progress:
         counts = by_kernel.get(p.name, {})
-        if p.state in ("invalid", "retired", "needs_llm"):
-            state = p.state
-        elif live_states is not None and p.name in live_states:
-            state = live_states[p.name]
-        else:
-            state = _derived_state(store, p, converge_after, min_gain)
+        state = states[p.name]
         out.append(
             KernelOverview(
                 name=p.name,
                 state=state,
-                reason=reasons.get(p.name, "") if state in ("needs_llm", "invalid") else "",
+                reason=reasons.get(p.name, "") if state in explained else "",
                 progress=p,
                 evaluations=sum(counts.values()),
                 outcomes=counts,
