@@ -242,14 +242,16 @@ def _check_module(
     if launcher is None:
         return dict(knobs or {}), {}, []
     notices: list[Problem] = []
+    injected: dict[str, KnobValue] = {}  # discovered knobs written into a generated copy
     if knobs is None:
         found = discover_knobs(outline, launcher, module)
-        knobs = found.knobs
+        knobs, injected = found.knobs, found.baseline
         notices = [
             Problem(file=directory / module, field="knobs", reason=f"line {n.line}: {n.reason}")
             for n in found.notices
         ]
-    return dict(knobs), launcher_defaults(launcher, knobs, module, out), notices
+    params = {k: v for k, v in knobs.items() if k not in injected}
+    return dict(knobs), {**launcher_defaults(launcher, params, module, out), **injected}, notices
 
 
 def _load(path: Path) -> tuple[KernelSpec | None, list[Problem]]:
