@@ -308,3 +308,68 @@ def test_tuning_an_entry_with_discovered_knobs(tmp_path: Path, write_entry: Writ
         )
     assert len({t.candidate_id for t in trials}) == 3
     store.close()
+
+
+ROWS_SOURCE = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rows(x_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK_SIZE)
+    mask = offs < n
+    tl.store(out_ptr + row * n + offs, tl.load(x_ptr + row * n + offs, mask=mask) * 2, mask=mask)
+
+
+def settings(n):
+    return triton.next_power_of_2(n), 4
+
+
+def double_rows(x):
+    BLOCK_SIZE, num_warps = settings(x.shape[1])
+    out = torch.empty_like(x)
+    _rows[(x.shape[0],)](x, out, x.shape[1], BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps)
+    return out
+
+
+def make_inputs(shape, dtype, device, seed):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(shape["M"], shape["N"], generator=g).to(dtype).to(device),)
+"""
+
+
+def test_tuning_injected_knobs_runs_generated_copies(tmp_path: Path) -> None:
+    """The launcher takes no knob: every candidate is a generated copy run by the worker."""
+    directory = tmp_path / "reg" / "rows"
+    directory.mkdir(parents=True)
+    (directory / "rows.py").write_text(ROWS_SOURCE)
+    doc = {
+        "name": "rows",
+        "module": "rows.py",
+        "launcher": "double_rows",
+        "inputs": "make_inputs",
+        "shapes": [{"M": 4, "N": 100, "perf": True}, {"M": 3, "N": 37}],
+        "dtypes": ["float32"],
+    }
+    (directory / "kernel.yaml").write_text(yaml.safe_dump(doc))
+    spec = scan_registry(directory.parent).entries[0]
+    assert spec.knobs == {"BLOCK_SIZE": ("x1", "x2"), "num_warps": ("/4", "/2", "x1", "x2", "x4")}
+    assert spec.baseline_knobs == {"BLOCK_SIZE": "x1", "num_warps": "x1"}
+    store = SqliteStore(tmp_path / "s.sqlite")
+    report = tune_registry(
+        directory.parent,
+        store=store,
+        state_dir=tmp_path / "state",
+        settings=TuneSettings(budget=3, seed=1),
+        evaluation=EvaluationSettings(interpreter=True),
+    )
+    trials = store.trials(spec.name, spec.generation, store.record_fingerprint(report.fingerprint))
+    assert [t.provenance for t in trials] == [Provenance.ORIGINAL, *[Provenance.PARAMETRIC] * 3]
+    assert trials[0].knobs == {"BLOCK_SIZE": "x1", "num_warps": "x1"}
+    for t in trials:  # the copies ran (no "unexpected keyword" from the launcher) and passed
+        assert t.result.outcome is Outcome.OK, t.result.reason
+    assert len({t.candidate_id for t in trials}) == 4
+    store.close()
