@@ -357,3 +357,35 @@ def test_runnable_request_materializes_candidate_incumbent_and_baseline() -> Non
     assert done["candidate"]["knobs"] == {} and "BLOCK=512" in done["candidate"]["source"]
     assert "num_warps=8" in done["options"]["incumbent"]["source"]
     assert request["candidate"]["source"] is source  # the request itself is left alone
+
+
+def test_a_kernel_imported_from_another_file(tmp_path: Path, load: Loader) -> None:
+    """Kernels in one file, launchers in another: the kernel is read from the entry's files
+    (never imported by discovery) and its knobs injected into the launcher's copy."""
+    kernels = HEADER + ROW_KERNEL
+    source = textwrap.dedent(
+        """
+        import torch
+        import triton
+        from row_kernels import _row_copy
+
+
+        def run(x):
+            BLOCK_SIZE = triton.next_power_of_2(x.shape[1])
+            out = torch.empty_like(x)
+            _row_copy[(x.shape[0],)](x, out, x.shape[1], BLOCK_SIZE=BLOCK_SIZE)
+            return out
+        """
+    )
+    assert discover_source(source, "run", sources={}) is not None
+    assert discovered(source).knobs == {}  # without the other file: nothing is known
+    found = discover_source(source, "run", sources={"row_kernels.py": kernels})
+    assert found is not None
+    assert found.knobs == {"BLOCK_SIZE": ("x1", "x2"), "num_warps": (1, 2, 4, 8, 16)}
+    variant, _ = materialize(
+        source, "run", {"BLOCK_SIZE": "x2", "num_warps": 2}, sources={"row_kernels.py": kernels}
+    )
+    assert binding_changes(source, variant) == ["rebind BLOCK_SIZE", "option num_warps=2"]
+    (tmp_path / "row_kernels.py").write_text(kernels)  # on the import path (fixture `load`)
+    x = torch.randn(2, 50)
+    torch.testing.assert_close(load(variant).run(x), x * 2)

@@ -29,12 +29,26 @@ needs ``BLOCK >= n``) may grow but never shrink.
 from __future__ import annotations
 
 import ast
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tuned.registry.autotune import AUTO, AutotuneSpace, autotune_space, autotune_values
+from tuned.registry.bindings import Local, local_bindings, names_in, parameters
 from tuned.registry.kernel_facts import KernelFacts, kernel_facts
+from tuned.registry.kernel_sources import imported_kernels, launcher_functions
+from tuned.registry.knob_values import (
+    BLOCK_BOUNDS,
+    BLOCK_OCTAVES,
+    DOT_BLOCK_BOUNDS,
+    GROUPS,
+    STAGES,
+    WARPS,
+    bounds,
+    candidate_values,
+    knob_rule,
+    ladder,
+    scale_values,
+)
 from tuned.registry.source import ModuleOutline
 from tuned.registry.spec import KnobValue
 
@@ -50,28 +64,12 @@ __all__ = [
     "scale_values",
 ]
 
-#: Octaves (factors of two) searched below and above a block size found in the source.
-BLOCK_OCTAVES = 3
-#: Bounds of discovered block sizes: ``tl.arange`` takes powers of two, a block of 2^16
-#: elements is already far past what one program holds in registers.
-BLOCK_BOUNDS = (1, 1 << 16)
-#: Bounds for block sizes of kernels that call ``tl.dot``: it needs every dimension >= 16, and
-#: tiles past 256 exceed shared memory on current GPUs.
-DOT_BLOCK_BOUNDS = (16, 256)
-WARPS = (1, 2, 4, 8, 16)
-STAGES = (1, 2, 3, 4, 5)
-GROUPS = (1, 2, 4, 8, 16)
-#: Bounds of transformed num_warps / num_stages.
-WARP_BOUNDS = (1, 32)
-STAGE_BOUNDS = (1, 8)
+
 #: How deep discovery follows calls from the launcher into the module's own functions.
 CALL_DEPTH = 3
 #: Triton's defaults for launch options a launch does not pass (the baseline of an added one).
 OPTION_DEFAULTS = {"num_warps": 4, "num_stages": 3}
 _LAUNCH_OPTIONS = ("num_warps", "num_stages")
-_BLOCK_RE = re.compile(r"BLOCK|TILE", re.IGNORECASE)
-_GROUP_RE = re.compile(r"GROUP", re.IGNORECASE)
-_SPLIT_RE = re.compile(r"SPLIT", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -112,76 +110,13 @@ class Discovery:
     notices: list[Notice] = field(default_factory=list)
     baseline: dict[str, KnobValue] = field(default_factory=dict)
     sites: dict[str, list[Site]] = field(default_factory=dict)
+    #: knob -> the kernels it reaches
+    reach: dict[str, frozenset[str]] = field(default_factory=dict)
 
     @property
     def injected(self) -> frozenset[str]:
         """Knobs written into the generated copy (not passed to the launcher)."""
         return frozenset(self.sites)
-
-
-def knob_rule(names: set[str], baseline: object) -> str | None:
-    """Which value rule covers a knob fed to ``names`` (kernel parameters or launch options).
-    None: not a performance parameter (booleans, floats, strings and flags never are)."""
-    if isinstance(baseline, bool) or not isinstance(baseline, int):
-        return None
-    if "num_warps" in names:
-        return "warps"
-    if "num_stages" in names:
-        return "stages"
-    if any(_SPLIT_RE.search(n) for n in names):
-        return "split"
-    if any(_GROUP_RE.search(n) for n in names):
-        return "group"
-    if any(_BLOCK_RE.search(n) for n in names):
-        return "block"
-    return None
-
-
-def _ladder(low: int, high: int) -> tuple[int, ...]:
-    values, v = [], 1
-    while v <= high:
-        if v >= low:
-            values.append(v)
-        v <<= 1
-    return tuple(values)
-
-
-def candidate_values(
-    rule: str, baseline: KnobValue, *, uses_dot: bool, shrink: bool = True
-) -> tuple[KnobValue, ...]:
-    """The absolute candidate values of a knob under ``rule`` around ``baseline``. A block
-    that must not shrink starts at the baseline."""
-    assert isinstance(baseline, int) and not isinstance(baseline, bool)
-    if rule == "warps":
-        return (*WARPS, 32) if baseline >= 16 else WARPS
-    if rule == "stages":
-        return STAGES
-    if rule in ("group", "split"):
-        return GROUPS
-    low, high = DOT_BLOCK_BOUNDS if uses_dot else BLOCK_BOUNDS
-    centre = 1 << max(baseline, 1).bit_length() - 1  # the power of two at or below it
-    low = max(low, centre >> BLOCK_OCTAVES if shrink else baseline)
-    high = min(high, centre << BLOCK_OCTAVES)
-    return _ladder(low, high)
-
-
-def scale_values(rule: str, *, shrink: bool) -> tuple[str, ...]:
-    """The transforms of a computed value (``x1`` is the value itself, the baseline)."""
-    if rule == "block":
-        return ("/8", "/4", "/2", "x1", "x2", "x4", "x8") if shrink else ("x1", "x2")
-    if rule == "warps":
-        return ("/4", "/2", "x1", "x2", "x4")
-    if rule == "stages":
-        return ("/2", "x1", "x2")
-    return ()
-
-
-def _bounds(rule: str, uses_dot: bool) -> tuple[int, int]:
-    if rule == "warps":
-        return WARP_BOUNDS
-    if rule == "stages":
-        return STAGE_BOUNDS
-    return DOT_BLOCK_BOUNDS if uses_dot else BLOCK_BOUNDS
 
 
 def _literal(node: ast.expr | None) -> tuple[bool, KnobValue | None]:
@@ -197,86 +132,6 @@ def _literal(node: ast.expr | None) -> tuple[bool, KnobValue | None]:
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _names(node: ast.AST) -> set[str]:
-    out = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
-    out |= {  # META["BLOCK"] in a grid lambda
-        n.slice.value
-        for n in ast.walk(node)
-        if isinstance(n, ast.Subscript)
-        and isinstance(n.slice, ast.Constant)
-        and isinstance(n.slice.value, str)
-    }
-    return out
-
-
-def _parameters(fn: ast.FunctionDef) -> dict[str, ast.expr | None]:
-    """Keyword-passable parameters of ``fn`` and their defaults (None: no default)."""
-    args = fn.args
-    positional = [*args.posonlyargs, *args.args]
-    defaults: dict[str, ast.expr | None] = {p.arg: None for p in args.args}
-    for p, d in zip(positional[len(positional) - len(args.defaults) :], args.defaults, strict=True):
-        if p.arg in defaults:
-            defaults[p.arg] = d
-    defaults.update({p.arg: d for p, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)})
-    return defaults
-
-
-@dataclass
-class _Local:
-    """How a function binds its names: fresh bindings (statement, value or None for tuple
-    unpacking), names rebound in ways discovery does not transform, literal dicts."""
-
-    fresh: dict[str, list[tuple[ast.stmt, ast.expr | None]]] = field(default_factory=dict)
-    tangled: set[str] = field(default_factory=set)
-    dicts: dict[str, dict[str, ast.expr]] = field(default_factory=dict)
-
-
-def _local(fn: ast.FunctionDef) -> _Local:
-    local = _Local()
-    for node in ast.walk(fn):
-        if node is not fn and isinstance(node, (ast.FunctionDef, ast.Lambda, ast.ClassDef)):
-            continue
-        if isinstance(node, ast.Assign):
-            for target in node.targets:
-                if isinstance(target, ast.Name):
-                    reads = node.value is not None and target.id in _names(node.value)
-                    if reads:
-                        local.tangled.add(target.id)
-                    else:
-                        local.fresh.setdefault(target.id, []).append((node, node.value))
-                    if isinstance(node.value, ast.Dict):
-                        local.dicts[target.id] = {
-                            k.value: v
-                            for k, v in zip(node.value.keys, node.value.values, strict=True)
-                            if isinstance(k, ast.Constant) and isinstance(k.value, str)
-                        }
-                elif isinstance(target, ast.Tuple):
-                    for elt in target.elts:
-                        if isinstance(elt, ast.Name):
-                            local.fresh.setdefault(elt.id, []).append((node, None))
-                elif (
-                    isinstance(target, ast.Subscript)
-                    and isinstance(target.value, ast.Name)
-                    and isinstance(target.slice, ast.Constant)
-                    and isinstance(target.slice.value, str)
-                ):
-                    local.dicts.setdefault(target.value.id, {})[target.slice.value] = node.value
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            if node.value is not None:
-                local.fresh.setdefault(node.target.id, []).append((node, node.value))
-        elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
-            local.tangled.add(node.target.id)
-        elif isinstance(node, (ast.For, ast.comprehension)):
-            local.tangled |= {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}
-        elif isinstance(node, ast.NamedExpr):
-            local.tangled.add(node.target.id)
-        elif isinstance(node, (ast.With, ast.AsyncWith)):
-            for item in node.items:
-                if item.optional_vars is not None:
-                    local.tangled |= _names(item.optional_vars)
-    return local
 
 
 @dataclass
@@ -302,9 +157,11 @@ class _Finder:
         functions: Mapping[str, ast.FunctionDef],
         launchers: list[ast.FunctionDef],
         module: str,
+        imported: Mapping[str, ast.FunctionDef] | None = None,
     ) -> None:
         self.functions = functions
-        self.kernels = kernel_facts(functions)
+        imported = {k: v for k, v in (imported or {}).items() if k not in functions}
+        self.kernels = kernel_facts({**imported, **functions}, foreign=imported)
         self.launchers = launchers
         self.module = module
         self.uses: dict[tuple[str, ...], _Use] = {}
@@ -337,7 +194,7 @@ class _Finder:
     def run(self) -> Discovery:
         sites = 0
         for fn in self.scanned():
-            local = _local(fn)
+            local = local_bindings(fn)
             for node in ast.walk(fn):
                 if (
                     isinstance(node, ast.Call)
@@ -360,7 +217,7 @@ class _Finder:
 
     # -- one launch
 
-    def site(self, fn: ast.FunctionDef, local: _Local, call: ast.Call, kernel: KernelFacts) -> None:
+    def site(self, fn: ast.FunctionDef, local: Local, call: ast.Call, kernel: KernelFacts) -> None:
         bound: list[tuple[str, ast.expr]] = []
         opaque = False  # a **mapping whose keys are unknown
         for index, arg in enumerate(call.args):
@@ -374,13 +231,20 @@ class _Finder:
                 bound.extend(local.dicts[kw.value.id].items())
             else:
                 opaque = True
-        grid = _names(call.func.slice) if isinstance(call.func, ast.Subscript) else set()
+        grid = names_in(call.func.slice) if isinstance(call.func, ast.Subscript) else set()
         for name in list(grid):  # through the launcher's own bindings of the grid
             for _, value in local.fresh.get(name, []):
-                grid |= _names(value) if value is not None else set()
-        if kernel.autotune is not None:
+                grid |= names_in(value) if value is not None else set()
+        if kernel.foreign and (kernel.autotune or kernel.heuristics):
+            self.note(
+                call,
+                f"{kernel.name} is imported and decorated with @triton.autotune or "
+                "@triton.heuristics in its own module; its configurations are not tuned here "
+                "(register that module's launcher to tune them)",
+            )
+        elif kernel.autotune is not None:
             self.autotuned(call, kernel, grid)
-        if kernel.heuristics is not None:
+        elif kernel.heuristics is not None:
             self.heuristics(kernel, grid)
         passed = {name for name, _ in bound}
         for name, expr in bound:
@@ -423,7 +287,7 @@ class _Finder:
     def binding(
         self,
         fn: ast.FunctionDef,
-        local: _Local,
+        local: Local,
         call: ast.Call,
         kernel: KernelFacts,
         target: str,
@@ -448,7 +312,7 @@ class _Finder:
                 self.feed(use, kernel, target, grid)
             return
         name = expr.id
-        params = _parameters(fn)
+        params = parameters(fn)
         if name in local.tangled:
             if knob_rule({target, name}, 1) is not None:
                 self.note(
@@ -543,7 +407,7 @@ class _Finder:
         several = len({k for u in self.uses.values() for k in u.kernels}) > 1
         for use in sorted(self.uses.values(), key=lambda u: (u.form != "param", u.line)):
             if use.form == "param" and self.launchers:
-                order = list(_parameters(self.launchers[0]))
+                order = list(parameters(self.launchers[0]))
                 use.line = order.index(use.base) if use.base in order else use.line
             if use.form == "autotune":
                 self.autotune_knobs(use, taken, several)
@@ -572,12 +436,13 @@ class _Finder:
             if len(values) < 2 and not (len(values) == 1 and values[0] != baseline):
                 continue
             self.result.knobs[name] = values
+            self.result.reach[name] = frozenset(use.kernels)
             if use.form == "param":
                 continue  # a launcher parameter: passed by keyword, never injected
             self.result.baseline[name] = baseline
-            bounds = _bounds(rule, use.dot)
+            limits = bounds(rule, use.dot)
             if not use.shrink and rule == "block" and not scale:
-                bounds = (int(use.value or 1), bounds[1])
+                limits = (int(use.value or 1), limits[1])
             target = use.base if use.form in ("rebind", "option") else next(iter(use.targets))
             self.result.sites[name] = [
                 Site(
@@ -587,7 +452,7 @@ class _Finder:
                     target=target,
                     rule=rule,
                     scale=scale,
-                    bounds=bounds,
+                    bounds=limits,
                     before=before,
                 )
                 for node, before in use.nodes
@@ -601,21 +466,22 @@ class _Finder:
             rule = knob_rule({key}, seen[0])
             if rule == "block":
                 lo, hi = DOT_BLOCK_BOUNDS if use.dot else BLOCK_BOUNDS
-                ladder: tuple[int, ...] | None = _ladder(lo, hi)
+                rungs: tuple[int, ...] | None = ladder(lo, hi)
             elif rule == "warps":
-                ladder = (*WARPS, 32)
+                rungs = (*WARPS, 32)
             elif rule == "stages":
-                ladder = STAGES
+                rungs = STAGES
             elif rule in ("group", "split"):
-                ladder = GROUPS
+                rungs = GROUPS
             else:
-                ladder = None
-            values = autotune_values(key, seen, ladder)
+                rungs = None
+            values = autotune_values(key, seen, rungs)
             if len(values) < 2:
                 continue
             name = _unique(f"{kernel}.{key}" if several else key, taken, kernel)
             taken.add(name)
             self.result.knobs[name] = values
+            self.result.reach[name] = frozenset({kernel})
             self.result.baseline[name] = AUTO
             self.result.sites[name] = [
                 Site(
@@ -640,33 +506,37 @@ def _unique(name: str, taken: set[str], scope: str) -> str:
     return candidate
 
 
-def discover_knobs(outline: ModuleOutline, launcher: ast.FunctionDef, module: str) -> Discovery:
+def discover_knobs(
+    outline: ModuleOutline,
+    launcher: ast.FunctionDef,
+    module: str,
+    *,
+    source: str | None = None,
+    sources: Mapping[str, str] | None = None,
+) -> Discovery:
     """The knobs of ``launcher`` (a top-level function of the module outlined by ``outline``)
-    and of the module's functions it calls, and notices of what was left out."""
-    return _Finder(outline.functions, [launcher], module).run()
+    and of the module's functions it calls, and notices of what was left out. With the
+    module's ``source``, kernels it imports are found too (:func:`imported_kernels`, looking
+    in ``sources``, the entry's other files, first)."""
+    imported: dict[str, ast.FunctionDef] = {}
+    if source is not None:
+        try:
+            imported = imported_kernels(ast.parse(source), sources)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            imported = {}
+    return _Finder(outline.functions, [launcher], module, imported).run()
 
 
-def launcher_functions(tree: ast.Module, qualname: str) -> list[ast.FunctionDef]:
-    """The functions a launcher's dotted name runs: ``f``; ``Cls.method``; ``Cls.apply`` of an
-    autograd Function (its ``forward`` and ``backward``); ``Cls`` (an ``nn.Module``: its
-    ``forward``). Empty when the module does not define it."""
-    head, _, tail = qualname.partition(".")
-    for stmt in tree.body:
-        if isinstance(stmt, ast.FunctionDef) and stmt.name == head and not tail:
-            return [stmt]
-        if isinstance(stmt, ast.ClassDef) and stmt.name == head:
-            methods = {s.name: s for s in stmt.body if isinstance(s, ast.FunctionDef)}
-            if tail == "apply" and "forward" in methods:
-                return [methods[n] for n in ("forward", "backward") if n in methods]
-            if not tail:
-                return [methods["forward"]] if "forward" in methods else []
-            return [methods[tail]] if tail in methods else []
-    return []
-
-
-def discover_source(source: str, launcher: str, module: str = "module") -> Discovery | None:
+def discover_source(
+    source: str,
+    launcher: str,
+    module: str = "module",
+    *,
+    sources: Mapping[str, str] | None = None,
+) -> Discovery | None:
     """Discovery on ``source`` for the launcher named ``launcher`` (see
-    :func:`launcher_functions`); None when the source does not parse or lacks the launcher."""
+    :func:`launcher_functions`); None when the source does not parse or lacks the launcher.
+    ``sources``: the entry's other files (relative path -> text), for imported kernels."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -675,4 +545,4 @@ def discover_source(source: str, launcher: str, module: str = "module") -> Disco
     if not launchers:
         return None
     functions = {s.name: s for s in tree.body if isinstance(s, ast.FunctionDef)}
-    return _Finder(functions, launchers, module).run()
+    return _Finder(functions, launchers, module, imported_kernels(tree, sources)).run()

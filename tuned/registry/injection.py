@@ -182,12 +182,13 @@ def materialize(
     knobs: Mapping[str, KnobValue],
     *,
     discovery: Discovery | None = None,
+    sources: Mapping[str, str] | None = None,
 ) -> tuple[str, dict[str, KnobValue]]:
     """The generated copy of ``source`` with the injected knobs of ``knobs`` written in, and
     the knobs left to pass to the launcher. Knobs that discovery on ``source`` (for the
     launcher named ``launcher``) does not inject are passed through unchanged; a source
     without injected knobs among ``knobs`` is returned as it is (the same string)."""
-    found = discovery if discovery is not None else discover_source(source, launcher)
+    found = discovery or discover_source(source, launcher, sources=sources)
     injected = {k: v for k, v in knobs.items() if found is not None and k in found.sites}
     rest = {k: v for k, v in knobs.items() if k not in injected}
     if not injected or found is None:
@@ -235,15 +236,18 @@ def runnable_request(request: Mapping[str, Any]) -> dict[str, Any]:
     kernel = dict(request.get("kernel") or {})
     launcher = str(kernel.get("launcher", ""))
     original = str(kernel.get("original_source", ""))
+    extra = dict(kernel.get("extra_files") or {})  # the entry's other files: imported kernels
     if "baseline_knobs" in kernel:
-        _, kernel["baseline_knobs"] = materialize(original, launcher, kernel["baseline_knobs"])
+        _, kernel["baseline_knobs"] = materialize(
+            original, launcher, kernel["baseline_knobs"], sources=extra
+        )
     out["kernel"] = kernel
 
     def run(candidate: Mapping[str, Any]) -> dict[str, Any]:
         done = dict(candidate)
         try:
             done["source"], done["knobs"] = materialize(
-                str(candidate["source"]), launcher, dict(candidate["knobs"])
+                str(candidate["source"]), launcher, dict(candidate["knobs"]), sources=extra
             )
         except InjectionError as exc:
             done["injection_error"] = str(exc)

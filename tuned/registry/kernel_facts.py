@@ -58,6 +58,7 @@ class KernelFacts:
     tiled: frozenset[str]
     autotune: ast.Call | None
     heuristics: ast.Call | None
+    foreign: bool = False  # defined in another module (its decorators are not ours to edit)
 
 
 def _names(node: ast.AST) -> set[str]:
@@ -111,8 +112,12 @@ def _decorator(fn: ast.FunctionDef, name: str) -> ast.Call | None:
     return None
 
 
-def kernel_facts(functions: Mapping[str, ast.FunctionDef]) -> dict[str, KernelFacts]:
-    """The facts of every ``@triton.jit`` function among ``functions`` (name -> def)."""
+def kernel_facts(
+    functions: Mapping[str, ast.FunctionDef], foreign: Iterable[str] = ()
+) -> dict[str, KernelFacts]:
+    """The facts of every ``@triton.jit`` function among ``functions`` (name -> def);
+    ``foreign`` names those defined in another module."""
+    foreign = set(foreign)
     kernels: dict[str, KernelFacts] = {}
     for name, fn in functions.items():
         if not any(is_jit(d) for d in fn.decorator_list):
@@ -134,5 +139,6 @@ def kernel_facts(functions: Mapping[str, ast.FunctionDef]) -> dict[str, KernelFa
             tiled=frozenset(_tiled(fn, constexprs)),
             autotune=_decorator(fn, "autotune"),
             heuristics=_decorator(fn, "heuristics"),
+            foreign=name in foreign,
         )
     return kernels

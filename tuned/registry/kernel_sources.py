@@ -1,0 +1,101 @@
+"""Where a launcher's functions and its imported kernels are, found without importing anything.
+
+- :func:`launcher_functions`: the functions a launcher's dotted name runs (``f``,
+  ``Cls.method``, ``Cls.apply`` of an autograd Function, ``Cls`` of an ``nn.Module``).
+- :func:`imported_kernels`: ``@triton.jit`` functions a module imports by name
+  (``from pkg.kernels import _add``, ``from helpers import _add``), read from the imported
+  module's source: first the entry's own files (``sources``, relative path -> text), then the
+  import path (``sys.path``), located by file name only: nothing is imported or executed.
+  Kernels launched from one file and defined in another are then discovered like local ones.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from tuned.registry.kernel_facts import is_jit
+
+__all__ = ["imported_kernels", "launcher_functions"]
+
+#: Largest module read to find an imported kernel (a generated file is not a kernel library).
+MAX_SOURCE_BYTES = 2 << 20
+
+
+def launcher_functions(tree: ast.Module, qualname: str) -> list[ast.FunctionDef]:
+    """The functions a launcher's dotted name runs: ``f``; ``Cls.method``; ``Cls.apply`` of an
+    autograd Function (its ``forward`` and ``backward``); ``Cls`` (an ``nn.Module``: its
+    ``forward``). Empty when the module does not define it."""
+    head, _, tail = qualname.partition(".")
+    for stmt in reversed(tree.body):  # the last definition wins, as when the module runs
+        if isinstance(stmt, ast.FunctionDef) and stmt.name == head and not tail:
+            return [stmt]
+        if isinstance(stmt, ast.ClassDef) and stmt.name == head:
+            methods = {s.name: s for s in stmt.body if isinstance(s, ast.FunctionDef)}
+            if tail == "apply" and "forward" in methods:
+                return [methods[n] for n in ("forward", "backward") if n in methods]
+            if not tail:
+                return [methods["forward"]] if "forward" in methods else []
+            return [methods[tail]] if tail in methods else []
+    return []
+
+
+def _read(path: Path) -> str | None:
+    try:
+        if not path.is_file() or path.stat().st_size > MAX_SOURCE_BYTES:
+            return None
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _module_source(dotted: str, sources: Mapping[str, str], search: Sequence[str]) -> str | None:
+    rel = dotted.replace(".", "/")
+    for candidate in (f"{rel}.py", f"{rel}/__init__.py"):
+        if candidate in sources:
+            return sources[candidate]
+    for entry in search:
+        if not entry or not Path(entry).is_dir():
+            continue
+        for candidate in (f"{rel}.py", f"{rel}/__init__.py"):
+            text = _read(Path(entry) / candidate)
+            if text is not None:
+                return text
+    return None
+
+
+def imported_kernels(
+    tree: ast.Module,
+    sources: Mapping[str, str] | None = None,
+    search: Sequence[str] | None = None,
+) -> dict[str, ast.FunctionDef]:
+    """Local name -> ``@triton.jit`` function, for each kernel ``tree`` imports by name with an
+    absolute ``from ... import`` at top level (see the module docstring)."""
+    sources = sources or {}
+    search = sys.path if search is None else search
+    found: dict[str, ast.FunctionDef] = {}
+    parsed: dict[str, dict[str, ast.FunctionDef]] = {}
+    for stmt in tree.body:
+        if not isinstance(stmt, ast.ImportFrom) or stmt.level or not stmt.module:
+            continue
+        if stmt.module not in parsed:
+            text = _module_source(stmt.module, sources, search)
+            functions: dict[str, ast.FunctionDef] = {}
+            if text is not None:
+                try:
+                    other = ast.parse(text)
+                except (SyntaxError, ValueError, RecursionError, MemoryError):
+                    other = ast.Module(body=[], type_ignores=[])
+                functions = {
+                    s.name: s
+                    for s in other.body
+                    if isinstance(s, ast.FunctionDef) and any(is_jit(d) for d in s.decorator_list)
+                }
+            parsed[stmt.module] = functions
+        for alias in stmt.names:
+            kernel = parsed[stmt.module].get(alias.name)
+            if kernel is not None:
+                found[alias.asname or alias.name] = kernel
+    return found
