@@ -155,3 +155,20 @@ def test_a_heuristic_value_is_a_transform_knob_and_a_flag_is_not(tmp_path: Path)
     )
     x = torch.randn(2, 37)
     torch.testing.assert_close(_import(tmp_path, variant, "ktuned_heuristic").run(x), x * 3)
+
+
+def test_a_pinned_config_keeps_the_configs_hooks(tmp_path: Path) -> None:
+    source = AUTOTUNED.replace(
+        'triton.Config({"BLOCK": 128}, num_warps=4)',
+        'triton.Config({"BLOCK": 128}, num_warps=4, pre_hook=_hook)',
+    ).replace(
+        "@triton.autotune(",
+        "CALLS = []\n\n\ndef _hook(nargs):\n    CALLS.append(1)\n\n\n@triton.autotune(",
+        1,
+    )
+    variant, _ = materialize(source, "run", {"BLOCK": 64, "num_warps": 2, "num_stages": 1})
+    assert "num_warps=2, num_stages=1, pre_hook=_hook)]" in variant
+    copy = _import(tmp_path, variant, "ktuned_autotune_hooked")
+    x = torch.randn(300)
+    torch.testing.assert_close(copy.run(x), x * 3)
+    assert copy.CALLS  # the hook ran before the pinned launch

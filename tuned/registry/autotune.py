@@ -42,6 +42,8 @@ class AutotuneSpace:
     config_func: str  # how the source spells the Config class (``triton.Config``)
     keys: tuple[str, ...]  # the dict keys, then num_warps, num_stages
     configs: tuple[dict[str, KnobValue], ...]
+    #: other keyword arguments of the first Config (``pre_hook=...``, ``maxnreg=...``), kept
+    extra: str = ""
 
 
 class _Unreadable(Exception):
@@ -106,6 +108,10 @@ def _config(call: ast.expr, env: dict[str, object]) -> tuple[str, dict[str, Knob
             raise _Unreadable("a non-scalar value")
         config[k.value] = value
     for kw in call.keywords:
+        if kw.arg not in _OPTIONS and set(env) & {
+            n.id for n in ast.walk(kw.value) if isinstance(n, ast.Name)
+        }:
+            raise _Unreadable(f"Config's {kw.arg} varies between configs")
         if kw.arg in _OPTIONS:
             value = _eval(kw.value, env)
             if not isinstance(value, int):
@@ -146,6 +152,15 @@ def _configs(node: ast.expr) -> tuple[str, list[dict[str, KnobValue]]]:
     return pairs[0][0], [c for _, c in pairs]
 
 
+def _extra(node: ast.expr) -> str:
+    """The first Config's keyword arguments other than num_warps / num_stages, as source."""
+    first = node.elt if isinstance(node, ast.ListComp) else None
+    if isinstance(node, (ast.List, ast.Tuple)):
+        first = node.elts[0]
+    assert isinstance(first, ast.Call)
+    return "".join(f", {ast.unparse(kw)}" for kw in first.keywords if kw.arg not in _OPTIONS)
+
+
 def autotune_space(kernel: str, decorator: ast.Call) -> AutotuneSpace | str:
     """The configurations of ``@triton.autotune(...)`` on ``kernel``, or why they cannot be
     read without running the module."""
@@ -169,6 +184,7 @@ def autotune_space(kernel: str, decorator: ast.Call) -> AutotuneSpace | str:
         kernel=kernel,
         configs_node=node,
         config_func=func,
+        extra=_extra(node),
         keys=(*keys, *_OPTIONS),
         configs=tuple(configs),
     )
@@ -196,7 +212,7 @@ def config_text(space: AutotuneSpace, pinned: dict[str, KnobValue]) -> str:
     }
     body = ", ".join(f"{k!r}: {chosen[k]!r}" for k in space.keys if k not in _OPTIONS)
     options = ", ".join(f"{k}={chosen[k]!r}" for k in _OPTIONS)
-    return f"[{space.config_func}({{{body}}}, {options})]"
+    return f"[{space.config_func}({{{body}}}, {options}{space.extra})]"
 
 
 def product_size(space: AutotuneSpace) -> int:
