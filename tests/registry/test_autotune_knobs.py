@@ -172,3 +172,40 @@ def test_a_pinned_config_keeps_the_configs_hooks(tmp_path: Path) -> None:
     x = torch.randn(300)
     torch.testing.assert_close(copy.run(x), x * 3)
     assert copy.CALLS  # the hook ran before the pinned launch
+
+
+def test_an_imported_autotuned_kernel_is_pinned_at_its_launch(tmp_path: Path) -> None:
+    kernels = AUTOTUNED[: AUTOTUNED.index("def run")]
+    source = textwrap.dedent(
+        """
+        import torch
+        import triton
+        from scale_kernels import _scale
+
+
+        def run(x):
+            out = torch.empty_like(x)
+            n = x.numel()
+            _scale[lambda META: (triton.cdiv(n, META["BLOCK"]),)](x, out, n)
+            return out
+        """
+    )
+    sources = {"scale_kernels.py": kernels}
+    found = discover_source(source, "run", sources=sources)
+    assert found is not None and found.knobs["BLOCK"] == (64, 128, 256, 512, 1024)
+    assert materialize(source, "run", found.baseline, sources=sources)[0] is source
+    variant, _ = materialize(
+        source, "run", {"BLOCK": 256, "num_warps": 2, "num_stages": 1}, sources=sources
+    )
+    # The autotuner is bypassed at the launch (its decorator lives in the other file).
+    assert '_scale.fn[lambda META: (triton.cdiv(n, META["BLOCK"]),)](' in variant
+    assert "(x, out, n, BLOCK=256, num_warps=2, num_stages=1)" in variant
+    (tmp_path / "scale_kernels.py").write_text(kernels)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        copy = _import(tmp_path, variant, "ktuned_autotune_imported")
+        x = torch.randn(1000)
+        torch.testing.assert_close(copy.run(x), x * 3)
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("scale_kernels", None)

@@ -19,11 +19,19 @@ function of the shape. Keys that are flags (``EVEN_K: lambda args: ...``) are ne
 from __future__ import annotations
 
 import ast
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tuned.registry.spec import KnobValue
 
-__all__ = ["AUTO", "AutotuneSpace", "autotune_space", "autotune_values", "config_text"]
+__all__ = [
+    "AUTO",
+    "AutotuneSpace",
+    "autotune_space",
+    "autotune_values",
+    "config_text",
+    "config_values",
+]
 
 #: The baseline value of an autotuned kernel's knobs: let the autotuner pick (source as written).
 AUTO = "auto"
@@ -204,12 +212,17 @@ def autotune_values(
     return tuple(sorted(set(ints) | set(rungs)))
 
 
-def config_text(space: AutotuneSpace, pinned: dict[str, KnobValue]) -> str:
-    """The source of a configs list holding the single configuration ``pinned`` (keys not
-    pinned, or pinned to :data:`AUTO`, take the first config's value)."""
-    chosen = {
+def config_values(space: AutotuneSpace, pinned: Mapping[str, KnobValue]) -> dict[str, KnobValue]:
+    """Every key of the configs, from ``pinned`` (keys not pinned, or pinned to :data:`AUTO`,
+    take the first config's value)."""
+    return {
         k: pinned[k] if pinned.get(k, AUTO) != AUTO else space.configs[0][k] for k in space.keys
     }
+
+
+def config_text(space: AutotuneSpace, pinned: Mapping[str, KnobValue]) -> str:
+    """The source of a configs list holding the single configuration ``pinned``."""
+    chosen = config_values(space, pinned)
     body = ", ".join(f"{k!r}: {chosen[k]!r}" for k in space.keys if k not in _OPTIONS)
     options = ", ".join(f"{k}={chosen[k]!r}" for k in _OPTIONS)
     return f"[{space.config_func}({{{body}}}, {options}{space.extra})]"

@@ -235,15 +235,14 @@ class _Finder:
         for name in list(grid):  # through the launcher's own bindings of the grid
             for _, value in local.fresh.get(name, []):
                 grid |= names_in(value) if value is not None else set()
-        if kernel.foreign and (kernel.autotune or kernel.heuristics):
+        if kernel.autotune is not None:
+            self.autotuned(call, kernel, grid)
+        if kernel.heuristics is not None and kernel.foreign:
             self.note(
                 call,
-                f"{kernel.name} is imported and decorated with @triton.autotune or "
-                "@triton.heuristics in its own module; its configurations are not tuned here "
-                "(register that module's launcher to tune them)",
+                f"{kernel.name} is imported and its @triton.heuristics live in its own module; "
+                "they are not tuned here (register that module's launcher to tune them)",
             )
-        elif kernel.autotune is not None:
-            self.autotuned(call, kernel, grid)
         elif kernel.heuristics is not None:
             self.heuristics(kernel, grid)
         passed = {name for name, _ in bound}
@@ -369,13 +368,20 @@ class _Finder:
         assert kernel.autotune is not None
         key = ("autotune", kernel.name)
         if key in self.uses:
+            if kernel.foreign:  # pinned at each launch: `kernel.fn[grid](..., BLOCK=...)`
+                self.uses[key].nodes.append((call, False))
             return
         space = autotune_space(kernel.name, kernel.autotune)
+        if kernel.foreign and not isinstance(space, str) and space.extra:
+            space = (
+                f"its configs pass {space.extra.lstrip(', ')}, which a launch-site pin of "
+                "the imported kernel would lose"
+            )
         if isinstance(space, str):
-            self.note(kernel.autotune, f"{kernel.name}: {space}; declare knobs in kernel.yaml")
+            self.note(call, f"{kernel.name}: {space}; declare knobs in kernel.yaml")
             return
         use = self.use(key, kernel.name, "autotune", kernel.name)
-        use.nodes = [(space.configs_node, False)]
+        use.nodes = [(call if kernel.foreign else space.configs_node, False)]
         use.kernels.add(kernel.name)
         use.dot = kernel.uses_dot
         self.autotune_spaces[kernel.name] = space
@@ -486,13 +492,14 @@ class _Finder:
             self.result.sites[name] = [
                 Site(
                     knob=name,
-                    form="autotune",
-                    node=space.configs_node,
+                    form="autotune_launch" if node is not space.configs_node else "autotune",
+                    node=node,
                     target=key,
                     rule="config",
                     scale=False,
                     autotune=space,
                 )
+                for node, _ in use.nodes
             ]
 
 

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tuned.errors import TunedError
-from tuned.registry.autotune import AUTO, config_text
+from tuned.registry.autotune import AUTO, config_text, config_values
 from tuned.registry.discovery import Discovery, Site, discover_source
 from tuned.registry.spec import KnobValue
 
@@ -151,14 +151,26 @@ def _option(text: _Text, site: Site, value: KnobValue) -> None:
         text.insert((call.end_lineno, call.end_col_offset - 1), f"{site.target}={value!r}")
 
 
-_Pins = dict[str, tuple[Site, dict[str, KnobValue]]]
+_Pins = dict[int, tuple[Site, dict[str, KnobValue]]]
+
+
+def _pin_launch(text: _Text, site: Site, values: Mapping[str, KnobValue]) -> None:
+    call = site.node
+    assert isinstance(call, ast.Call) and isinstance(call.func, ast.Subscript)
+    text.insert(text.span(call.func.value)[1], ".fn")
+    args: list[ast.AST] = [*call.args, *call.keywords]
+    pinned = ", ".join(f"{k}={v!r}" for k, v in values.items())
+    if args:
+        text.insert(max(text.span(a)[1] for a in args), f", {pinned}")
+    else:
+        assert call.end_lineno is not None and call.end_col_offset is not None
+        text.insert((call.end_lineno, call.end_col_offset - 1), pinned)
 
 
 def _apply(text: _Text, sites: list[Site], value: KnobValue, pins: _Pins) -> None:
     for site in sites:
-        if site.form == "autotune":
-            assert site.autotune is not None
-            pins.setdefault(site.autotune.kernel, (site, {}))[1][site.target] = value
+        if site.form in ("autotune", "autotune_launch"):
+            pins.setdefault(id(site.node), (site, {}))[1][site.target] = value
             continue
         if site.scale:
             _factor(value, site.knob)  # even x1 must be a transform
@@ -205,8 +217,12 @@ def materialize(
         _apply(text, found.sites[knob], value, pins)
     for site, values in pins.values():
         assert site.autotune is not None
-        if any(v != AUTO for v in values.values()):
+        if all(v == AUTO for v in values.values()):
+            continue
+        if site.form == "autotune":
             text.replace(site.autotune.configs_node, config_text(site.autotune, values))
+        else:  # an imported autotuned kernel: launch its function with the config's values
+            _pin_launch(text, site, config_values(site.autotune, values))
     return text.render(), rest
 
 
