@@ -169,7 +169,8 @@ class _Finder:
         self.result = Discovery()
 
     def note(self, node: ast.AST, reason: str) -> None:
-        self.result.notices.append(Notice(line=getattr(node, "lineno", 0), reason=reason))
+        if all(n.reason != reason for n in self.result.notices):  # once, at its first place
+            self.result.notices.append(Notice(line=getattr(node, "lineno", 0), reason=reason))
 
     def scanned(self) -> list[ast.FunctionDef]:
         """The launchers, and the module's non-kernel functions they call (breadth first)."""
