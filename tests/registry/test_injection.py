@@ -325,6 +325,8 @@ def test_values_that_are_not_transforms_are_refused() -> None:
     )
     with pytest.raises(InjectionError, match="not a transform"):
         materialize(source, "run", {"BLOCK_SIZE": 4096})
+    with pytest.raises(InjectionError, match="no longer finds"):  # e.g. an LLM rewrote it
+        materialize(source, "run", {"_row_copy.num_warps": 8})
     request = {
         "kernel": {"launcher": "run", "original_source": source, "baseline_knobs": {}},
         "candidate": {"source": source, "knobs": {"BLOCK_SIZE": "big"}},

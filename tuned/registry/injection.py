@@ -203,6 +203,12 @@ def materialize(
     found = discovery or discover_source(source, launcher, sources=sources)
     injected = {k: v for k, v in knobs.items() if found is not None and k in found.sites}
     rest = {k: v for k, v in knobs.items() if k not in injected}
+    lost = [k for k in rest if not k.isidentifier()]
+    if lost:  # `kernel.NAME` knobs exist only as injected ones: the site is gone
+        raise InjectionError(
+            f"knob {lost[0]} names a binding discovery no longer finds in this source "
+            f"(launcher {launcher!r}); it cannot be passed to the launcher either"
+        )
     if not injected or found is None:
         return source, rest
     baseline = found.baseline
