@@ -28,7 +28,7 @@ from pathlib import Path
 
 from tuned.registry.discovery import discover_source
 from tuned.registry.kernel_facts import kernel_facts
-from tuned.registry.kernel_sources import imported_kernels
+from tuned.registry.kernel_sources import imported_kernels, launched_name
 from tuned.registry.problems import Problems
 from tuned.registry.source import outline_module
 
@@ -72,12 +72,11 @@ def _old_discovery(rev: str) -> types.ModuleType | None:
 
 def _launches(fn: ast.AST, kernels: set[str]) -> list[str]:
     return [
-        node.func.value.id
+        launched_name(node.func.value)
         for node in ast.walk(fn)
         if isinstance(node, ast.Call)
         and isinstance(node.func, ast.Subscript)
-        and isinstance(node.func.value, ast.Name)
-        and node.func.value.id in kernels
+        and launched_name(node.func.value) in kernels
     ]
 
 

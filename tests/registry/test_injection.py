@@ -391,3 +391,35 @@ def test_a_kernel_imported_from_another_file(tmp_path: Path, load: Loader) -> No
     (tmp_path / "row_kernels.py").write_text(kernels)  # on the import path (fixture `load`)
     x = torch.randn(2, 50)
     torch.testing.assert_close(load(variant).run(x), x * 2)
+
+
+def test_a_kernel_launched_through_an_imported_module(tmp_path: Path, load: Loader) -> None:
+    kernels = HEADER + ROW_KERNEL
+    source = textwrap.dedent(
+        """
+        import torch
+        import triton
+        import row_kernels2 as K
+
+
+        def run(x):
+            out = torch.empty_like(x)
+            K._row_copy[(x.shape[0],)](
+                x, out, x.shape[1], BLOCK_SIZE=triton.next_power_of_2(x.shape[1])
+            )
+            return out
+        """
+    )
+    found = discover_source(source, "run", sources={"row_kernels2.py": kernels})
+    assert found is not None
+    assert found.knobs == {"BLOCK_SIZE": ("x1", "x2"), "num_warps": (1, 2, 4, 8, 16)}
+    variant, _ = materialize(
+        source, "run", {"BLOCK_SIZE": "x2", "num_warps": 8}, sources={"row_kernels2.py": kernels}
+    )
+    assert sorted(binding_changes(source, variant)) == [
+        "option num_warps=8",
+        "wrap triton.next_power_of_2(x.shape[1])",
+    ]
+    (tmp_path / "row_kernels2.py").write_text(kernels)
+    x = torch.randn(2, 70)
+    torch.testing.assert_close(load(variant).run(x), x * 2)

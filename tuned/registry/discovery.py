@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from tuned.registry.autotune import AUTO, AutotuneSpace, autotune_space, autotune_values
 from tuned.registry.bindings import Local, local_bindings, names_in, parameters
 from tuned.registry.kernel_facts import KernelFacts, kernel_facts
-from tuned.registry.kernel_sources import imported_kernels, launcher_functions
+from tuned.registry.kernel_sources import imported_kernels, launched_name, launcher_functions
 from tuned.registry.knob_values import (
     BLOCK_BOUNDS,
     BLOCK_OCTAVES,
@@ -200,11 +200,10 @@ class _Finder:
                 if (
                     isinstance(node, ast.Call)
                     and isinstance(node.func, ast.Subscript)
-                    and isinstance(node.func.value, ast.Name)
-                    and node.func.value.id in self.kernels
+                    and (name := launched_name(node.func.value)) in self.kernels
                 ):
                     sites += 1
-                    self.site(fn, local, node, self.kernels[node.func.value.id])
+                    self.site(fn, local, node, self.kernels[name])
         if not sites:
             names = ", ".join(f.name for f in self.launchers)
             self.note(

@@ -3,7 +3,8 @@
 - :func:`launcher_functions`: the functions a launcher's dotted name runs (``f``,
   ``Cls.method``, ``Cls.apply`` of an autograd Function, ``Cls`` of an ``nn.Module``).
 - :func:`imported_kernels`: ``@triton.jit`` functions a module imports by name
-  (``from pkg.kernels import _add``, ``from helpers import _add``), read from the imported
+  (``from pkg.kernels import _add``, ``from helpers import _add``) or through an imported
+  module (``import pkg.kernels as K`` then ``K._add[grid](...)``), read from the imported
   module's source: first the entry's own files (``sources``, relative path -> text), then the
   import path (``sys.path``), located by file name only: nothing is imported or executed.
   Kernels launched from one file and defined in another are then discovered like local ones.
@@ -12,13 +13,14 @@
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tuned.registry.kernel_facts import is_jit
 
-__all__ = ["imported_kernels", "launcher_functions"]
+__all__ = ["imported_kernels", "launched_name", "launcher_functions"]
 
 #: Largest module read to find an imported kernel (a generated file is not a kernel library).
 MAX_SOURCE_BYTES = 2 << 20
@@ -66,6 +68,35 @@ def _module_source(dotted: str, sources: Mapping[str, str], search: Sequence[str
     return None
 
 
+def launched_name(node: ast.expr) -> str:
+    """``k`` for ``k[grid](...)``, ``K.k`` for ``K.k[grid](...)`` (a kernel of an imported
+    module); "" for anything else (``self.k``, a call)."""
+    if isinstance(node, ast.Name):
+        return node.id
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) and parts else ""
+
+
+@functools.lru_cache(maxsize=256)
+def _kernels_of(text: str | None) -> dict[str, ast.FunctionDef]:
+    """The ``@triton.jit`` functions of a module's source (cached: a worker materializes every
+    candidate, and a library module is read once per process)."""
+    if text is None:
+        return {}
+    try:
+        other = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return {}
+    return {
+        s.name: s
+        for s in other.body
+        if isinstance(s, ast.FunctionDef) and any(is_jit(d) for d in s.decorator_list)
+    }
+
+
 def imported_kernels(
     tree: ast.Module,
     sources: Mapping[str, str] | None = None,
@@ -77,25 +108,26 @@ def imported_kernels(
     search = sys.path if search is None else search
     found: dict[str, ast.FunctionDef] = {}
     parsed: dict[str, dict[str, ast.FunctionDef]] = {}
+
+    def kernels(dotted: str) -> dict[str, ast.FunctionDef]:
+        if dotted not in parsed:
+            parsed[dotted] = _kernels_of(_module_source(dotted, sources, search))
+        return parsed[dotted]
+
     for stmt in tree.body:
+        if isinstance(stmt, ast.Import):  # import pkg.kernels as K: K._add[grid](...)
+            for alias in stmt.names:
+                local = alias.asname or alias.name
+                for name, fn in kernels(alias.name).items():
+                    found[f"{local}.{name}"] = fn
         if not isinstance(stmt, ast.ImportFrom) or stmt.level or not stmt.module:
             continue
-        if stmt.module not in parsed:
-            text = _module_source(stmt.module, sources, search)
-            functions: dict[str, ast.FunctionDef] = {}
-            if text is not None:
-                try:
-                    other = ast.parse(text)
-                except (SyntaxError, ValueError, RecursionError, MemoryError):
-                    other = ast.Module(body=[], type_ignores=[])
-                functions = {
-                    s.name: s
-                    for s in other.body
-                    if isinstance(s, ast.FunctionDef) and any(is_jit(d) for d in s.decorator_list)
-                }
-            parsed[stmt.module] = functions
         for alias in stmt.names:
-            kernel = parsed[stmt.module].get(alias.name)
-            if kernel is not None:
-                found[alias.asname or alias.name] = kernel
+            local = alias.asname or alias.name
+            direct = kernels(stmt.module).get(alias.name)
+            if direct is not None:
+                found[local] = direct
+            else:  # from pkg import kernels: kernels._add[grid](...)
+                for name, fn in kernels(f"{stmt.module}.{alias.name}").items():
+                    found[f"{local}.{name}"] = fn
     return found
