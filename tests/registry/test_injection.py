@@ -423,3 +423,25 @@ def test_a_kernel_launched_through_an_imported_module(tmp_path: Path, load: Load
     (tmp_path / "row_kernels2.py").write_text(kernels)
     x = torch.randn(2, 70)
     torch.testing.assert_close(load(variant).run(x), x * 2)
+
+
+def test_knobs_passed_through_a_kwargs_dict(load: Loader) -> None:
+    source = module(
+        FLAT_KERNEL,
+        """
+        def run(x):
+            n = x.numel()
+            meta = dict(BLOCK=128, num_warps=4)
+            meta["num_stages"] = 2
+            out = torch.empty_like(x)
+            _flat[(triton.cdiv(n, meta["BLOCK"]),)](x, out, n, **meta)
+            return out
+        """,
+    )
+    found = discovered(source)
+    assert found.baseline == {"BLOCK": 128, "num_warps": 4, "num_stages": 2}
+    assert found.knobs["BLOCK"][0] == 16  # the grid reads it from the same dict: may shrink
+    variant, _ = materialize(source, "run", {"BLOCK": 32, "num_warps": 2})
+    assert sorted(binding_changes(source, variant)) == ["literal 128->32", "literal 4->2"]
+    x = torch.randn(300)
+    torch.testing.assert_close(load(variant).run(x), x * 2)

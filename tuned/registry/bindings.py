@@ -68,6 +68,15 @@ def local_bindings(fn: ast.FunctionDef) -> Local:
                             for k, v in zip(node.value.keys, node.value.values, strict=True)
                             if isinstance(k, ast.Constant) and isinstance(k.value, str)
                         }
+                    elif (
+                        isinstance(node.value, ast.Call)
+                        and isinstance(node.value.func, ast.Name)
+                        and node.value.func.id == "dict"
+                        and not node.value.args
+                    ):  # kwargs = dict(BLOCK=BLOCK, num_warps=4)
+                        local.dicts[target.id] = {
+                            kw.arg: kw.value for kw in node.value.keywords if kw.arg is not None
+                        }
                 elif isinstance(target, ast.Tuple):
                     for elt in target.elts:
                         if isinstance(elt, ast.Name):
