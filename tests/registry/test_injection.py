@@ -445,3 +445,27 @@ def test_knobs_passed_through_a_kwargs_dict(load: Loader) -> None:
     assert sorted(binding_changes(source, variant)) == ["literal 128->32", "literal 4->2"]
     x = torch.randn(300)
     torch.testing.assert_close(load(variant).run(x), x * 2)
+
+
+def test_a_name_bound_in_a_nested_function_is_not_the_launchers(load: Loader) -> None:
+    source = module(
+        FLAT_KERNEL,
+        """
+        def run(x):
+            n = x.numel()
+            BLOCK = triton.next_power_of_2(min(n, 256))
+
+            def grid(META):
+                BLOCK = META["BLOCK"]  # another scope's BLOCK
+                return (triton.cdiv(n, BLOCK),)
+
+            out = torch.empty_like(x)
+            _flat[grid](x, out, n, BLOCK=BLOCK, num_warps=4)
+            return out
+        """,
+    )
+    assert discovered(source).knobs["BLOCK"][0] == "/8"  # the grid function tiles it
+    variant, _ = materialize(source, "run", {"BLOCK": "/2"})
+    assert variant.count("BLOCK = max(BLOCK // 2, 1)") == 1  # after the launcher's own binding
+    x = torch.randn(1000)
+    torch.testing.assert_close(load(variant).run(x), x * 2)

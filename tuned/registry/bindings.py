@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-__all__ = ["Local", "local_bindings", "names_in", "parameters"]
+__all__ = ["Local", "local_bindings", "names_in", "own_nodes", "parameters"]
 
 
 def names_in(node: ast.AST) -> set[str]:
@@ -49,11 +49,26 @@ class Local:
     dicts: dict[str, dict[str, ast.expr]] = field(default_factory=dict)
 
 
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+def own_nodes(fn: ast.FunctionDef) -> list[ast.AST]:
+    """The nodes of ``fn``'s own scope: nested functions, lambdas and classes bind their
+    names elsewhere, so their bodies are left out."""
+    out: list[ast.AST] = []
+    todo: list[ast.AST] = list(reversed(fn.body))
+    while todo:  # depth first, in source order
+        node = todo.pop()
+        out.append(node)
+        if not isinstance(node, _SCOPES):
+            todo.extend(reversed(list(ast.iter_child_nodes(node))))
+    return out
+
+
 def local_bindings(fn: ast.FunctionDef) -> Local:
+    """How ``fn`` binds its names (see the module docstring)."""
     local = Local()
-    for node in ast.walk(fn):
-        if node is not fn and isinstance(node, (ast.FunctionDef, ast.Lambda, ast.ClassDef)):
-            continue
+    for node in own_nodes(fn):
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 if isinstance(target, ast.Name):

@@ -232,9 +232,12 @@ class _Finder:
             else:
                 opaque = True
         grid = names_in(call.func.slice) if isinstance(call.func, ast.Subscript) else set()
+        nested = {n.name: n for n in fn.body if isinstance(n, ast.FunctionDef)}
         for name in list(grid):  # through the launcher's own bindings of the grid
             for _, value in local.fresh.get(name, []):
                 grid |= names_in(value) if value is not None else set()
+            if name in nested:  # def grid(META): return (triton.cdiv(n, META["BLOCK"]),)
+                grid |= names_in(nested[name])
         if kernel.autotune is not None:
             self.autotuned(call, kernel, grid)
         if kernel.heuristics is not None and kernel.foreign:
