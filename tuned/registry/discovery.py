@@ -1,9 +1,11 @@
 """Knob discovery: the tuning space of an entry that declares no ``knobs``, read from its source.
 
 Nothing is executed: the module's syntax tree (:mod:`ast`) is searched for launch sites
-``kernel[grid](...)`` of top-level ``@triton.jit`` functions, in the launcher and in the
-module's functions it calls (:data:`CALL_DEPTH` deep). Each performance parameter reaching a
-launch becomes a knob, wherever the code binds it:
+``kernel[grid](...)`` of ``@triton.jit`` functions (the module's own, or imported:
+:mod:`tuned.registry.kernel_sources`), in the launcher (a function, a method, an autograd
+Function's ``forward``/``backward``) and in the module's functions it calls
+(:data:`CALL_DEPTH` deep). Each performance parameter reaching a launch becomes a knob,
+wherever the code binds it:
 
 - ``param``: a launcher parameter with a literal ``int`` default passed at the launch
   (``BLOCK=BLOCK``): the tuner passes it as a keyword argument, its default is the baseline;
@@ -23,7 +25,9 @@ parameter: ``num_warps``/``num_stages``, or a ``tl.constexpr`` parameter whose n
 tile, group or split and that the kernel uses as a size (:mod:`tuned.registry.kernel_facts`).
 Booleans, flags, strings, floats and anything else that changes the math stay inputs.
 A block the kernel does not loop over and the grid does not tile (a one-pass row kernel
-needs ``BLOCK >= n``) may grow but never shrink.
+needs ``BLOCK >= n``) may grow but never shrink. Knobs of one launch are named
+``kernel.NAME`` when the launcher launches several kernels (:data:`Discovery.reach` says
+which kernels each knob reaches).
 """
 
 from __future__ import annotations
