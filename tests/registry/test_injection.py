@@ -469,3 +469,26 @@ def test_a_name_bound_in_a_nested_function_is_not_the_launchers(load: Loader) ->
     assert variant.count("BLOCK = max(BLOCK // 2, 1)") == 1  # after the launcher's own binding
     x = torch.randn(1000)
     torch.testing.assert_close(load(variant).run(x), x * 2)
+
+
+def test_kernels_and_launchers_guarded_by_a_top_level_if(load: Loader) -> None:
+    guarded = "HAS_TRITON = True\n\nif HAS_TRITON:\n" + textwrap.indent(
+        FLAT_KERNEL
+        + textwrap.dedent(
+            """
+
+            def run(x):
+                out = torch.empty_like(x)
+                _flat[(triton.cdiv(x.numel(), 64),)](x, out, x.numel(), BLOCK=64)
+                return out
+            """
+        ),
+        "    ",
+    )
+    source = HEADER + guarded
+    found = discovered(source)
+    assert found.knobs == {"BLOCK": (64, 128, 256, 512), "num_warps": (1, 2, 4, 8, 16)}
+    variant, _ = materialize(source, "run", {"BLOCK": 128, "num_warps": 2})
+    assert sorted(binding_changes(source, variant)) == ["literal 64->128", "option num_warps=2"]
+    x = torch.randn(200)
+    torch.testing.assert_close(load(variant).run(x), x * 2)

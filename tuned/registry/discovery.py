@@ -39,7 +39,12 @@ from dataclasses import dataclass, field
 from tuned.registry.autotune import AUTO, AutotuneSpace, autotune_space, autotune_values
 from tuned.registry.bindings import Local, local_bindings, names_in, parameters
 from tuned.registry.kernel_facts import KernelFacts, kernel_facts
-from tuned.registry.kernel_sources import imported_kernels, launched_name, launcher_functions
+from tuned.registry.kernel_sources import (
+    imported_kernels,
+    launched_name,
+    launcher_functions,
+    module_functions,
+)
 from tuned.registry.knob_values import (
     BLOCK_BOUNDS,
     BLOCK_OCTAVES,
@@ -532,13 +537,16 @@ def discover_knobs(
     and of the module's functions it calls, and notices of what was left out. With the
     module's ``source``, kernels it imports are found too (:func:`imported_kernels`, looking
     in ``sources``, the entry's other files, first)."""
+    functions: Mapping[str, ast.FunctionDef] = outline.functions
     imported: dict[str, ast.FunctionDef] = {}
     if source is not None:
         try:
-            imported = imported_kernels(ast.parse(source), sources)
+            tree = ast.parse(source)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
-            imported = {}
-    return _Finder(outline.functions, [launcher], module, imported).run()
+            tree = ast.Module(body=[], type_ignores=[])
+        functions = {**module_functions(tree), **outline.functions}  # `if has_triton():` too
+        imported = imported_kernels(tree, sources)
+    return _Finder(functions, [launcher], module, imported).run()
 
 
 def discover_source(
@@ -558,5 +566,5 @@ def discover_source(
     launchers = launcher_functions(tree, launcher)
     if not launchers:
         return None
-    functions = {s.name: s for s in tree.body if isinstance(s, ast.FunctionDef)}
+    functions = module_functions(tree)
     return _Finder(functions, launchers, module, imported_kernels(tree, sources)).run()

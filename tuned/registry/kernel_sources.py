@@ -20,10 +20,38 @@ from pathlib import Path
 
 from tuned.registry.kernel_facts import is_jit
 
-__all__ = ["imported_kernels", "launched_name", "launcher_functions"]
+__all__ = [
+    "imported_kernels",
+    "launched_name",
+    "launcher_functions",
+    "module_functions",
+    "module_statements",
+]
 
 #: Largest module read to find an imported kernel (a generated file is not a kernel library).
 MAX_SOURCE_BYTES = 2 << 20
+
+
+def module_statements(tree: ast.Module) -> list[ast.stmt]:
+    """The module's top-level statements, and those inside top-level ``if``/``try``/``with``
+    blocks (``if has_triton(): @triton.jit def ...`` is a common guard), in source order."""
+    out: list[ast.stmt] = []
+    todo: list[ast.stmt] = list(reversed(tree.body))
+    while todo:
+        stmt = todo.pop()
+        out.append(stmt)
+        if isinstance(stmt, (ast.If, ast.Try, ast.With)):
+            inner: list[ast.stmt] = [*stmt.body, *getattr(stmt, "orelse", [])]
+            if isinstance(stmt, ast.Try):
+                inner += [s for h in stmt.handlers for s in h.body] + stmt.finalbody
+            todo.extend(reversed(inner))
+    return out
+
+
+def module_functions(tree: ast.Module) -> dict[str, ast.FunctionDef]:
+    """Name -> def of the module's functions (see :func:`module_statements`; the last
+    definition of a name wins)."""
+    return {s.name: s for s in module_statements(tree) if isinstance(s, ast.FunctionDef)}
 
 
 def launcher_functions(tree: ast.Module, qualname: str) -> list[ast.FunctionDef]:
@@ -31,7 +59,7 @@ def launcher_functions(tree: ast.Module, qualname: str) -> list[ast.FunctionDef]
     autograd Function (its ``forward`` and ``backward``); ``Cls`` (an ``nn.Module``: its
     ``forward``). Empty when the module does not define it."""
     head, _, tail = qualname.partition(".")
-    for stmt in reversed(tree.body):  # the last definition wins, as when the module runs
+    for stmt in reversed(module_statements(tree)):  # the last definition wins
         if isinstance(stmt, ast.FunctionDef) and stmt.name == head and not tail:
             return [stmt]
         if isinstance(stmt, ast.ClassDef) and stmt.name == head:
@@ -91,9 +119,9 @@ def _kernels_of(text: str | None) -> dict[str, ast.FunctionDef]:
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return {}
     return {
-        s.name: s
-        for s in other.body
-        if isinstance(s, ast.FunctionDef) and any(is_jit(d) for d in s.decorator_list)
+        name: fn
+        for name, fn in module_functions(other).items()
+        if any(is_jit(d) for d in fn.decorator_list)
     }
 
 
