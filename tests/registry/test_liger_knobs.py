@@ -19,6 +19,7 @@ import torch
 from tests.registry.knob_diff import binding_changes
 from tuned.registry.discovery import discover_source
 from tuned.registry.injection import materialize
+from tuned.registry.kernel_sources import locate_launcher
 
 liger = pytest.importorskip("liger_kernel")
 OPS = Path(liger.__file__).parent / "ops"
@@ -53,6 +54,17 @@ def test_liger_launchers_discover_their_settings(op: str, launcher: str, knobs: 
     assert found is not None
     assert knobs <= set(found.knobs), found.knobs
     assert all(found.baseline[k] in ("x1", 16) for k in knobs)
+
+
+def test_a_dotted_launcher_into_the_installed_package_is_located_statically() -> None:
+    located = locate_launcher("liger_kernel.ops.softmax.LigerSoftmaxFunction.apply")
+    assert located is not None
+    module, qualname, path = located
+    assert (module, qualname) == ("liger_kernel.ops.softmax", "LigerSoftmaxFunction.apply")
+    assert path.resolve() == (OPS / "softmax.py").resolve()
+    found = discover_source(path.read_text(), qualname, module)
+    assert found is not None and "BLOCK_SIZE" in found.knobs
+    assert locate_launcher("no_such_package.f") is None
 
 
 def test_liger_softmax_copy_runs_forward_and_backward(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ __all__ = [
     "imported_kernels",
     "launched_name",
     "launcher_functions",
+    "locate_launcher",
     "module_functions",
     "module_statements",
 ]
@@ -123,6 +124,27 @@ def _kernels_of(text: str | None) -> dict[str, ast.FunctionDef]:
         for name, fn in module_functions(other).items()
         if any(is_jit(d) for d in fn.decorator_list)
     }
+
+
+def locate_launcher(
+    dotted: str, search: Sequence[str] | None = None
+) -> tuple[str, str, Path] | None:
+    """(module, qualname, file) of a launcher given as a dotted path into an installed module
+    (``liger_kernel.ops.rms_norm.LigerRMSNormFunction.apply`` -> ``liger_kernel.ops.rms_norm``,
+    ``LigerRMSNormFunction.apply``, its ``.py`` file), found on the import path without
+    importing anything; None when no prefix of ``dotted`` is a module file. The longest
+    module prefix wins. Its source is what :func:`~tuned.registry.discovery.discover_source`
+    and :func:`~tuned.registry.injection.materialize` take, with ``qualname`` as launcher."""
+    parts = dotted.split(".")
+    search = sys.path if search is None else search
+    for cut in range(len(parts) - 1, 0, -1):
+        rel = "/".join(parts[:cut])
+        for entry in search:
+            if entry and Path(entry).is_dir():
+                path = Path(entry) / f"{rel}.py"
+                if path.is_file():
+                    return ".".join(parts[:cut]), ".".join(parts[cut:]), path
+    return None
 
 
 def imported_kernels(
