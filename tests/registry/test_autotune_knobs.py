@@ -209,3 +209,28 @@ def test_an_imported_autotuned_kernel_is_pinned_at_its_launch(tmp_path: Path) ->
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("scale_kernels", None)
+
+
+def test_configs_from_a_module_list_or_a_function_returning_one(tmp_path: Path) -> None:
+    configs = """[
+        triton.Config({"BLOCK": 128}, num_warps=4),
+        triton.Config({"BLOCK": 512}, num_warps=8, num_stages=2),
+    ]"""
+    as_function = AUTOTUNED.replace(configs, "get_configs()").replace(
+        "@triton.autotune(",
+        f'def get_configs():\n    """The tutorial\'s way."""\n    return {configs}\n\n\n'
+        "@triton.autotune(",
+        1,
+    )
+    as_list = AUTOTUNED.replace(configs, "CONFIGS").replace(
+        "@triton.autotune(", f"CONFIGS = {configs}\n\n\n@triton.autotune(", 1
+    )
+    for source in (as_function, as_list):
+        found = discover_source(source, "run")
+        assert found is not None
+        assert found.knobs["BLOCK"] == (64, 128, 256, 512, 1024), found.notices
+        variant, _ = materialize(source, "run", {"BLOCK": 64, "num_warps": 2, "num_stages": 1})
+        assert "configs=[triton.Config({'BLOCK': 64}, num_warps=2, num_stages=1)]," in variant
+        x = torch.randn(100)
+        copy = _import(tmp_path, variant, f"ktuned_autotune_{len(source)}")
+        torch.testing.assert_close(copy.run(x), x * 3)

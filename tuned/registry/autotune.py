@@ -169,16 +169,50 @@ def _extra(node: ast.expr) -> str:
     return "".join(f", {ast.unparse(kw)}" for kw in first.keywords if kw.arg not in _OPTIONS)
 
 
-def autotune_space(kernel: str, decorator: ast.Call) -> AutotuneSpace | str:
+def _resolved(node: ast.expr, module: ast.Module | None) -> ast.expr:
+    """``CONFIGS`` (a module-level list) or ``get_configs()`` (a module function that only
+    returns one) followed to the expression that holds the configurations, a few steps deep;
+    ``node`` itself otherwise."""
+    if module is None:
+        return node
+    for _ in range(4):
+        if isinstance(node, ast.Name):
+            bound = [
+                s.value
+                for s in module.body
+                if isinstance(s, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == node.id for t in s.targets)
+            ]
+            if not bound:
+                return node
+            node = bound[-1]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.args:
+            name = node.func.id
+            defs = [s for s in module.body if isinstance(s, ast.FunctionDef) and s.name == name]
+            body = defs[-1].body if defs else []
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                body = body[1:]  # a docstring
+            if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
+                return node
+            node = body[0].value
+        else:
+            return node
+    return node
+
+
+def autotune_space(
+    kernel: str, decorator: ast.Call, module: ast.Module | None = None
+) -> AutotuneSpace | str:
     """The configurations of ``@triton.autotune(...)`` on ``kernel``, or why they cannot be
-    read without running the module."""
+    read without running the module. With the kernel's ``module``, configs given as a
+    module-level list or by a function that only returns one are read too."""
     node = next((k.value for k in decorator.keywords if k.arg == "configs"), None)
     if node is None and decorator.args:
         node = decorator.args[0]
     if node is None:
         return "its @triton.autotune has no configs"
     try:
-        func, configs = _configs(node)
+        func, configs = _configs(_resolved(node, module))
     except _Unreadable as exc:
         return (
             f"its @triton.autotune configs are not a literal list of triton.Config "
@@ -192,7 +226,7 @@ def autotune_space(kernel: str, decorator: ast.Call) -> AutotuneSpace | str:
         kernel=kernel,
         configs_node=node,
         config_func=func,
-        extra=_extra(node),
+        extra=_extra(_resolved(node, module)),
         keys=(*keys, *_OPTIONS),
         configs=tuple(configs),
     )

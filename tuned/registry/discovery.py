@@ -167,7 +167,9 @@ class _Finder:
         launchers: list[ast.FunctionDef],
         module: str,
         imported: Mapping[str, ast.FunctionDef] | None = None,
+        tree: ast.Module | None = None,
     ) -> None:
+        self.tree = tree  # the module, for autotune configs bound at its top level
         self.functions = functions
         imported = {k: v for k, v in (imported or {}).items() if k not in functions}
         self.kernels = kernel_facts({**imported, **functions}, foreign=imported)
@@ -383,7 +385,7 @@ class _Finder:
             if kernel.foreign:  # pinned at each launch: `kernel.fn[grid](..., BLOCK=...)`
                 self.uses[key].nodes.append((call, False))
             return
-        space = autotune_space(kernel.name, kernel.autotune)
+        space = autotune_space(kernel.name, kernel.autotune, None if kernel.foreign else self.tree)
         if kernel.foreign and not isinstance(space, str) and space.extra:
             space = (
                 f"its configs pass {space.extra.lstrip(', ')}, which a launch-site pin of "
@@ -539,6 +541,7 @@ def discover_knobs(
     in ``sources``, the entry's other files, first)."""
     functions: Mapping[str, ast.FunctionDef] = outline.functions
     imported: dict[str, ast.FunctionDef] = {}
+    tree = None
     if source is not None:
         try:
             tree = ast.parse(source)
@@ -546,7 +549,7 @@ def discover_knobs(
             tree = ast.Module(body=[], type_ignores=[])
         functions = {**module_functions(tree), **outline.functions}  # `if has_triton():` too
         imported = imported_kernels(tree, sources)
-    return _Finder(functions, [launcher], module, imported).run()
+    return _Finder(functions, [launcher], module, imported, tree).run()
 
 
 def discover_source(
@@ -567,4 +570,4 @@ def discover_source(
     if not launchers:
         return None
     functions = module_functions(tree)
-    return _Finder(functions, launchers, module, imported_kernels(tree, sources)).run()
+    return _Finder(functions, launchers, module, imported_kernels(tree, sources), tree).run()
