@@ -10,12 +10,13 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tuned import __version__
 from tuned.errors import BadInputError, TunedError
 from tuned.evaluation.client import EvaluationSettings
+from tuned.registry.spec import KnobValue
 from tuned.report import Progress, format_seconds, summary_table
 from tuned.search import OnResult, TuneSettings
 from tuned.store.api import Store
@@ -358,6 +359,7 @@ def _best(args: argparse.Namespace) -> int:
             )
         source = store.source(best.source_hash) or ""
         fp = store.fingerprint(best.fingerprint)
+        diff = _knob_diff(store, best.generation, source, best.knobs)
     finally:
         store.close()
     if args.json:
@@ -375,6 +377,7 @@ def _best(args: argparse.Namespace) -> int:
                     "timing_kind": best.timing_kind,
                     "fingerprint": fp,
                     "source": source,
+                    "diff": diff,
                 },
                 indent=2,
             )
@@ -391,6 +394,8 @@ def _best(args: argparse.Namespace) -> int:
     )
     print(f"# on {fp.get('gpu_model', '?')} ({fp.get('mode', '?')}), triton {fp.get('triton')}")
     print(f"# knobs: {json.dumps(dict(best.knobs))}")
+    if diff:  # knobs discovered in the code run as a generated copy: show what it changes
+        print("# the copy that runs, against the original:\n" + diff, end="")
     print(source, end="" if source.endswith("\n") else "\n")
     return EXIT_OK
 
@@ -404,6 +409,21 @@ def _entry_path(path: Path) -> Path:
             )
         return path.parent
     return path
+
+
+def _knob_diff(store: Store, generation: str, source: str, knobs: Mapping[str, KnobValue]) -> str:
+    """The unified diff of the generated copy (injected knobs written in) against the
+    original; "" when the candidate runs its source as it is."""
+    from tuned.registry.injection import InjectionError, materialize, variant_diff
+
+    info = store.generation_info(generation)
+    if info is None:
+        return ""
+    try:
+        variant, _ = materialize(source, str(info[1].get("launcher", "")), knobs)
+    except InjectionError as exc:
+        return f"# (the knobs cannot be written into the source: {exc})\n"
+    return variant_diff(source, variant, "original.py")
 
 
 def _registry_check(args: argparse.Namespace) -> int:
