@@ -85,7 +85,8 @@ class Reads(Records):
                 FROM mine m JOIN firstseq f ON m.seq = f.seq
             ),
             base AS (
-                SELECT kernel, time_s AS baseline_s, at, timing_kind FROM firsts
+                SELECT kernel, candidate_id AS base_id, time_s AS baseline_s, at, timing_kind
+                FROM firsts
                 WHERE provenance = 'original'
             ),
             accseq AS (
@@ -99,7 +100,8 @@ class Reads(Records):
                 FROM acceptances a JOIN accseq s ON a.seq = s.seq
             ),
             best AS (
-                SELECT accepted.kernel, f.time_s AS best_s, accepted.decided_at AS best_at
+                SELECT accepted.kernel, f.time_s AS best_s, accepted.decided_at AS best_at,
+                    accepted.candidate_id AS best_id
                 FROM accepted JOIN firsts f
                     ON f.kernel = accepted.kernel AND f.candidate_id = accepted.candidate_id
             ),
@@ -110,7 +112,8 @@ class Reads(Records):
                     ELSE COALESCE(best.best_s, base.baseline_s) END AS best_s,
                 CASE WHEN base.baseline_s IS NULL THEN NULL
                     ELSE COALESCE(best.best_at, base.at) END AS best_at,
-                COALESCE(base.timing_kind, '') AS timing_kind
+                COALESCE(base.timing_kind, '') AS timing_kind,
+                COALESCE(best.best_id, base.base_id) AS best_id
             FROM kernels k
             LEFT JOIN latest l ON l.kernel = k.name
             LEFT JOIN best ON best.kernel = k.name
@@ -136,6 +139,13 @@ class Reads(Records):
                 best_s=r["best_s"],
                 best_at=r["best_at"],
                 timing_kind=r["timing_kind"],
+                measured=(
+                    None
+                    if r["baseline_s"] is None or r["best_id"] is None
+                    else self.measured_speedup(
+                        r["name"], r["generation"], r["fingerprint"], r["best_id"]
+                    )
+                ),
             )
             for r in rows
         ]
