@@ -22,6 +22,7 @@ from tuned.store.speedups import MeasuredSpeedup
 __all__ = [
     "BestRow",
     "CaseTimingRow",
+    "ComparisonRow",
     "EvaluationTotals",
     "KernelProgress",
     "KernelRow",
@@ -162,3 +163,18 @@ class CaseTimingRow:
     samples: Mapping[str, list[float]]
     timing_kind: str
     statuses: frozenset[str]
+
+
+@dataclass(frozen=True)
+class ComparisonRow:
+    """One side-by-side measurement of a candidate against another (read model of the
+    runtime's per-shape confirmation, :mod:`tuned.runtime.confirmed`): per-case samples of
+    both, timed interleaved in one process. ``source``: ``evaluation`` (the campaign's, with
+    the incumbent it was timed against recorded) or ``referee`` (``ktuned referee``)."""
+
+    candidate_id: str
+    incumbent_id: str
+    samples: Mapping[str, list[float]]
+    incumbent_samples: Mapping[str, list[float]]
+    source: str
+    seq: int
