@@ -174,6 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     state_dir(budget)
     store_url(budget)
+    from tuned.referee import add_parser as add_referee
+
+    add_referee(sub, state_dir, store_url)
     return parser
 
 
@@ -200,6 +203,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _export(args)
         if args.command == "budget":
             return _budget(args)
+        if args.command == "referee":
+            return _referee(args)
         return _registry_check(args)
     except BadInputError as exc:
         print(f"ktuned: error: {exc}", file=sys.stderr)
@@ -295,6 +300,16 @@ def _tune(args: argparse.Namespace) -> int:
         )
     print(summary_table(report.summaries))
     return EXIT_OK
+
+
+def _referee(args: argparse.Namespace) -> int:
+    from tuned.referee import command
+
+    store, state = _open_store(args)
+    try:
+        return command(args, store, state)
+    finally:
+        store.close()
 
 
 def _status(args: argparse.Namespace) -> int:
