@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sqlite3
 import statistics
 import subprocess
@@ -31,24 +32,42 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKER_PHASES = ("load", "correctness", "benchmark")  # the worker's, compilation excluded
 
 
-def ktuned(*args: str) -> tuple[subprocess.CompletedProcess[str], float]:
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-    }
+def ktuned(
+    *args: str, timeout: float | None = None
+) -> tuple[subprocess.CompletedProcess[str], float]:
+    """Run ``ktuned ARGS``; past ``timeout`` seconds it gets SIGINT (ktuned saves what it
+    evaluated and stops its workers, exit 130), then SIGKILL 60 s later."""
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
     t0 = time.perf_counter()
-    run = subprocess.run(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "tuned.cli", *args],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        env=env,
+        env={**os.environ, "PYTHONPATH": path},
         cwd=ROOT,
     )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+    run = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     return run, time.perf_counter() - t0
 
 
 def store_stats(db_path: Path) -> dict[str, Any]:
     """Per kernel: evaluations, worker seconds per candidate (median), cache counters."""
+    if not db_path.exists():
+        return {
+            "kernels": {},
+            "cache": {"hits": 0, "misses": 0, "spill_hits": 0, "hit_rate": None},
+            "median_worker_s": float("nan"),
+        }
     db = sqlite3.connect(db_path)
     try:
         rows = db.execute(
@@ -125,6 +144,10 @@ def main() -> None:
     parser.add_argument("--state-dir", type=Path, required=True)
     parser.add_argument("--device", default="auto", choices=("auto", "gpu", "interpreter"))
     parser.add_argument("--no-referee", action="store_true")
+    parser.add_argument(
+        "--tune-timeout", type=float, default=None, help="seconds; then SIGINT (saved so far)"
+    )
+    parser.add_argument("--referee-timeout", type=float, default=None, help="seconds")
     parser.add_argument("--out", type=Path, default=Path("tune_stats.json"))
     args = parser.parse_args()
     state = str(args.state_dir)
@@ -137,6 +160,7 @@ def main() -> None:
         args.device,
         "--state-dir",
         state,
+        timeout=args.tune_timeout,
     )
     print(tune.stdout)
     if tune.returncode != 0:
@@ -156,7 +180,15 @@ def main() -> None:
         f"({rate} hits, {c['spill_hits']} from pinned host memory)"
     )
     if not args.no_referee:
-        referee, r_wall = ktuned("referee", "--json", "--device", args.device, "--state-dir", state)
+        referee, r_wall = ktuned(
+            "referee",
+            "--json",
+            "--device",
+            args.device,
+            "--state-dir",
+            state,
+            timeout=args.referee_timeout,
+        )
         result["referee_wall_s"] = r_wall
         result["referee_rc"] = referee.returncode
         if referee.returncode == 0:
