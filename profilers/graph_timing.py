@@ -113,7 +113,7 @@ def _capture(fn: Callable[[], Any], flush: Any, calls: int) -> tuple[Any, list[A
             for _ in range(calls)
         ]
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             for start, end in events:
                 flush.zero_()
                 start.record()
