@@ -14,7 +14,8 @@ Where they are kept (two tiers):
   PyTorch's allocator holds unused) at each admission, and never above ``capacity_bytes``
   when one is given. On a CPU the resident tier is host memory bounded by ``capacity_bytes``.
 - **Spilled** (host memory, pinned when the case lives on a GPU, so copying it back runs at
-  the bus's full rate): what does not fit resident, up to ``spill_bytes``. A hit copies it to
+  the bus's full rate): what does not fit resident, up to ``spill_bytes`` (16 GiB, or a
+  sixteenth of the host's memory if less). A hit copies it to
   the device; it is never rebuilt.
 
 No thrashing: an evaluation visits the same cases in the same order as the one before it, and
@@ -42,6 +43,7 @@ Not thread-safe: the worker serves one evaluation at a time.
 from __future__ import annotations
 
 import math
+import os
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -57,8 +59,20 @@ __all__ = [
 #: Bound of the resident tier when none is given and the cases are not on a GPU (a GPU's is
 #: sized from its free memory). ``0`` passed to :meth:`CaseCache.resize` means "automatic".
 DEFAULT_CAPACITY_BYTES = 2 << 30
-#: Bound of the host spill tier.
-DEFAULT_SPILL_BYTES = 16 << 30
+
+
+def _default_spill_bytes() -> int:
+    """16 GiB, or a sixteenth of the host's memory if less (a GPU box runs a worker and its
+    spares, each with its own cache)."""
+    try:
+        host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not POSIX: no way to ask
+        return 16 << 30
+    return int(min(16 << 30, host // 16))
+
+
+#: Bound of the host spill tier (pinned memory when the cases live on a GPU).
+DEFAULT_SPILL_BYTES = _default_spill_bytes()
 
 
 @dataclass
