@@ -9,12 +9,15 @@ over the original on a fingerprint is:
 1. ``referee``: the latest re-measurement of ``c`` interleaved against the original in a
    fresh process (``ktuned referee``, stored as an acceptance row with status ``refereed``
    whose incumbent is the original);
-2. ``acceptance``: the interval of the acceptance that made ``c`` the best (its confirming
+2. ``vs_original``: when ``c`` was accepted against an earlier best, the campaign times it
+   against the original too, twice (an acceptance row ``vs_original``): its confirming
+   second interval;
+3. ``acceptance``: the interval of the acceptance that made ``c`` the best (its confirming
    second measurement when there is one, else its first); when that acceptance timed ``c``
-   against an earlier best rather than the original, the product along the chain of
-   acceptances back to the original (each factor an interleaved comparison; the interval's
-   bounds multiply, so it widens);
-3. the original itself: exactly 1.
+   against an earlier best rather than the original (and no ``vs_original`` row exists: an
+   older store), the product along the chain of acceptances back to the original (each
+   factor an interleaved comparison; the interval's bounds multiply, so it widens);
+4. the original itself: exactly 1.
 
 ``None`` when no such measurement exists (a best that was never accepted under the rule).
 """
@@ -31,7 +34,8 @@ __all__ = ["MeasuredSpeedup", "measured_speedup"]
 @dataclass(frozen=True)
 class MeasuredSpeedup:
     """A speedup over the original with its interval; ``source`` says where it comes from
-    (``referee``, ``acceptance``, ``original``) and ``steps`` how many acceptances it chains."""
+    (``referee``, ``vs_original``, ``acceptance``, ``original``) and ``steps`` how many
+    acceptances it chains."""
 
     speedup: float
     low: float
@@ -64,15 +68,16 @@ def measured_speedup(
     with ``candidate_id``, ``incumbent_id``, ``status``, ``first`` and ``second``."""
     if candidate_id == baseline_id:
         return MeasuredSpeedup(1.0, 1.0, 1.0, "original")
-    for row in reversed(acceptances):
-        if (
-            row["status"] == "refereed"
-            and row["candidate_id"] == candidate_id
-            and row["incumbent_id"] == baseline_id
-        ):
-            found = _interval(row["first"])
-            if found is not None:
-                return MeasuredSpeedup(*found, source="referee")
+    for status, source in (("refereed", "referee"), ("vs_original", "vs_original")):
+        for row in reversed(acceptances):
+            if (
+                row["status"] == status
+                and row["candidate_id"] == candidate_id
+                and row["incumbent_id"] == baseline_id
+            ):
+                found = _interval(row.get("second")) or _interval(row["first"])
+                if found is not None:
+                    return MeasuredSpeedup(*found, source=source)
     s, low, high, steps = 1.0, 1.0, 1.0, 0
     current, seen = candidate_id, set()
     while current != baseline_id:
