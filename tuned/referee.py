@@ -170,11 +170,12 @@ def _measure(
     candidate: Candidate,
     original: Candidate,
     spec: Any,
+    derived_skip: Sequence[str],
     seed: int,
 ) -> tuple[dict[str, Any] | None, str]:
     """One side-by-side measurement in a fresh worker, stored; its record (``None``: failed)."""
     client.fresh()
-    result = client.evaluate(spec, candidate, original)
+    result = client.evaluate(spec, candidate, original, derived_skip=derived_skip)
     if result.outcome is not Outcome.OK:
         return None, f"{result.outcome.value}: {result.reason}"
     mine = dict(result.metadata.get("samples") or {})
@@ -239,7 +240,7 @@ def referee(
                 report.skipped[name] = plan.reason or plan.status
                 continue
             claims = _claims(plan, name)
-            original = _original(store, plan)
+            original, derived_skip = _original(store, plan)
             if original is None:
                 report.skipped[name] = "the original has no stored candidate"
                 continue
@@ -251,7 +252,7 @@ def referee(
                         records[claim.candidate_id] = (None, "candidate missing from the store")
                     else:
                         records[claim.candidate_id] = _measure(
-                            store, client, plan, candidate, original, spec, seed=i
+                            store, client, plan, candidate, original, spec, derived_skip, seed=i
                         )
                 record, error = records[claim.candidate_id]
                 if record is None:
@@ -278,13 +279,15 @@ def referee(
     return report
 
 
-def _original(store: Store, plan: Plan) -> Candidate | None:
-    """The generation's original candidate (the baseline), by its stored trials."""
+def _original(store: Store, plan: Plan) -> tuple[Candidate | None, list[str]]:
+    """The generation's original candidate (the baseline), by its stored trials, and the
+    derived shapes it fails on (not checked for candidates, as in the campaign)."""
     assert plan.fingerprint_id is not None
     for t in store.trials(plan.kernel, plan.generation, plan.fingerprint_id):
         if t.provenance is Provenance.ORIGINAL:
-            return store.candidate(t.candidate_id, plan.generation)
-    return None
+            skip = [str(x) for x in t.result.metadata.get("derived_unusable", ())]
+            return store.candidate(t.candidate_id, plan.generation), skip
+    return None, []
 
 
 # -- the command line (``ktuned referee``; tuned.cli holds only the dispatch)
