@@ -113,6 +113,13 @@ class RefereeReport:
             "wall_s": self.wall_s,
         }
 
+    def _verdict(self, claim: Claim) -> str:
+        agrees, confirmed = claim.agrees(self.tolerance), claim.confirmed(self.min_gain)
+        words = ["-" if agrees is None else "agrees" if agrees else "DISAGREES"]
+        if claim.label is not None and confirmed is not None:
+            words.append("confirmed" if confirmed else "NOT CONFIRMED")
+        return "; ".join(words)
+
     def table(self) -> str:
         def num(v: float | None) -> str:
             return "-" if v is None else f"{v:.3f}x"
@@ -122,17 +129,7 @@ class RefereeReport:
             f"{'interval':>17}  verdict"
         ]
         for c in self.claims:
-            agrees, confirmed = c.agrees(self.tolerance), c.confirmed(self.min_gain)
-            verdict = c.error or (
-                ("agrees" if agrees else "DISAGREES" if agrees is not None else "-")
-                + (
-                    ""
-                    if c.label is None or confirmed is None
-                    else "; confirmed"
-                    if confirmed
-                    else "; NOT CONFIRMED"
-                )
-            )
+            verdict = c.error or self._verdict(c)
             interval = "-" if c.low is None else f"{c.low:.3f}..{c.high:.3f}"
             lines.append(
                 f"{c.kernel:<16} {c.label or '(kernel)':<28} {c.candidate_id[:12]:<12} "
