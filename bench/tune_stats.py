@@ -1,7 +1,8 @@
 """``ktuned tune`` as a new user runs it, then where the time went, then the referee.
 
     python bench/tune_stats.py examples/registry --budget 40 --state-dir /tmp/ktuned-show
-           [--device auto] [--no-referee] [--out tune_stats.json]
+           [--device auto] [--no-referee | --referee-only] [--out tune_stats.json]
+           [--tune-timeout S] [--referee-timeout S]
 
 Runs ``ktuned tune REGISTRY --budget N --state-dir DIR`` (a subprocess: exactly the user's
 command; the state directory should be fresh) and prints its output and total wall, then,
@@ -145,29 +146,35 @@ def main() -> None:
     parser.add_argument("--device", default="auto", choices=("auto", "gpu", "interpreter"))
     parser.add_argument("--no-referee", action="store_true")
     parser.add_argument(
+        "--referee-only", action="store_true", help="no tune: the store's figures and the referee"
+    )
+    parser.add_argument(
         "--tune-timeout", type=float, default=None, help="seconds; then SIGINT (saved so far)"
     )
     parser.add_argument("--referee-timeout", type=float, default=None, help="seconds")
     parser.add_argument("--out", type=Path, default=Path("tune_stats.json"))
     args = parser.parse_args()
     state = str(args.state_dir)
-    tune, wall = ktuned(
-        "tune",
-        str(args.registry),
-        "--budget",
-        args.budget,
-        "--device",
-        args.device,
-        "--state-dir",
-        state,
-        timeout=args.tune_timeout,
-    )
-    print(tune.stdout)
-    if tune.returncode != 0:
-        print(tune.stderr[-4000:], file=sys.stderr)
+    result: dict[str, Any] = {}
+    if not args.referee_only:
+        tune, wall = ktuned(
+            "tune",
+            str(args.registry),
+            "--budget",
+            args.budget,
+            "--device",
+            args.device,
+            "--state-dir",
+            state,
+            timeout=args.tune_timeout,
+        )
+        print(tune.stdout)
+        if tune.returncode != 0:
+            print(tune.stderr[-4000:], file=sys.stderr)
+        result.update(tune_wall_s=wall, tune_rc=tune.returncode)
+        print(f"ktuned tune: {wall:.1f} s wall (exit {tune.returncode})")
     stats = store_stats(args.state_dir / "ktuned.sqlite")
-    result: dict[str, Any] = {"tune_wall_s": wall, "tune_rc": tune.returncode, **stats}
-    print(f"ktuned tune: {wall:.1f} s wall (exit {tune.returncode})")
+    result.update(stats)
     print(f"{'kernel':<20} {'evaluations':>11} {'re-measures':>11} {'median worker s':>16}")
     for name, k in stats["kernels"].items():
         median = "-" if k["median_worker_s"] is None else f"{k['median_worker_s']:.2f}"
