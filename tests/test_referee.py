@@ -49,7 +49,7 @@ def test_displayed_speedups_are_the_acceptances_then_the_referees(
     # Displayed: the acceptance's ratio, not a ratio of the stored times.
     best = json.loads(ktuned("best", "add", "--json", state=state).stdout)
     assert best["candidate"] == other.candidate_id and best["speedup"] == 40.0
-    # TODO(i20, after the campaign split merges): status through CampaignSummary too.
+    assert "40.00x" in ktuned("status", state=state).stdout
 
     referee = ktuned("referee", "--json", "--device", "interpreter", state=state)
     assert referee.returncode == 0, referee.stderr

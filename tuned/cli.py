@@ -327,6 +327,7 @@ def _status(args: argparse.Namespace) -> int:
             summary = CampaignSummary(kernel=k.name)
             if best is not None:
                 summary.baseline_s, summary.best_s = best.baseline_time_s, best.time_s
+                summary.measured_speedup = best.speedup  # side by side (tuned.store.speedups)
                 for t in store.trials(k.name, k.generation, best.fingerprint):
                     summary.outcomes[t.result.outcome.value] += 1
                     summary.evaluations += t.provenance.value != "original"
