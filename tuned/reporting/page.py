@@ -45,7 +45,14 @@ def write_report(store: Store, out: Path) -> Path:
         ]
         for k in progress
     }
-    plot_speedups(current, accepted, out / "speedup.png")
+    measured = {  # each acceptance's side-by-side speedup (tuned.store.speedups)
+        (k.name, cid): m.speedup
+        for k in progress
+        if k.fingerprint is not None
+        for _, cid in accepted[k.name]
+        if (m := store.measured_speedup(k.name, k.generation, k.fingerprint, cid)) is not None
+    }
+    plot_speedups(current, accepted, out / "speedup.png", measured)
     plot_outcomes(every, out / "outcomes.png")
     plot_strategies(arms, out / "strategies.png")
     speedups = [k.speedup for k in progress if k.speedup and k.state == "active"]
