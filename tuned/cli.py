@@ -192,6 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
     budget.add_argument("--json", action="store_true", help="print one JSON object")
     state_dir(budget)
     store_url(budget)
+    from tuned.referee import add_parser as add_referee
+
+    add_referee(sub, state_dir, store_url)
     return parser
 
 
@@ -220,6 +223,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _budget(args)
         if args.command == "deploy":
             return _deploy(args)
+        if args.command == "referee":
+            return _referee(args)
         return _registry_check(args)
     except BadInputError as exc:
         print(f"ktuned: error: {exc}", file=sys.stderr)
@@ -316,6 +321,16 @@ def _tune(args: argparse.Namespace) -> int:
         )
     print(summary_table(report.summaries))
     return EXIT_OK
+
+
+def _referee(args: argparse.Namespace) -> int:
+    from tuned.referee import command
+
+    store, state = _open_store(args)
+    try:
+        return command(args, store, state)
+    finally:
+        store.close()
 
 
 def _status(args: argparse.Namespace) -> int:

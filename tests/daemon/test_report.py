@@ -25,7 +25,7 @@ def test_report_writes_plots_and_a_summary(tmp_path: Path, write_entry: WriteEnt
         store.sync_kernel(spec)
         fid = store.record_fingerprint(FP)
         _record(store, spec, fid, 256, 1.0, original=True, at=1000)
-        _accept(store, _record(store, spec, fid, 64, best, at=2000), fid)
+        _accept(store, _record(store, spec, fid, 64, best, at=2000), fid, speedup=1.0 / best)
         _record(store, spec, fid, 128, None, outcome=Outcome.INCORRECT, at=3000)
     store.record_invalid(str(tmp_path / "registry" / "bad"), "kernel.yaml: field 'dtypes': bad")
     store.close()

@@ -82,7 +82,7 @@ class EvaluationSettings:
     memory_limit_bytes: int | None = None  # address-space cap, interpreter mode only
     timing: TimingSettings = field(default_factory=TimingSettings)
     #: Inputs and reference outputs a worker keeps across evaluations (tuned.evaluation.case_cache).
-    case_cache_bytes: int = 2 << 30
+    case_cache_bytes: int = 0  # 0: sized from the free device memory (resident), then spilled
 
     def deadline(self, phase: str) -> float:
         return {

@@ -34,6 +34,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import IO, Any
 
+from profilers.graph_timing import poison_outputs
 from profilers.timing import TimingSettings, interleaved_timing
 from tuned.evaluation.case_cache import DEFAULT_CAPACITY_BYTES, CaseCache
 from tuned.evaluation.checks import (
@@ -629,10 +630,19 @@ class Evaluation:
 
             fns.append(incumbent_fn)
         settings = TimingSettings(**self.options.get("timing", {}))
+
+        def poison() -> None:  # CUDA graphs: outputs the timed replays must write again
+            for out in last:
+                poison_outputs(out, [x for s in sets for x in s])
+
         guard = self.guard(poison=None)
         with guard:
             timed = interleaved_timing(
-                fns, gpu=self.device == "cuda", settings=settings, screen=True
+                fns,
+                gpu=self.device == "cuda",
+                settings=settings,
+                screen=True,
+                poison=poison,
             )
             samples = timed.samples
             while calls[0] < len(sets):  # too few timed calls to cover every set

@@ -48,6 +48,13 @@ def write_report(store: Store, out: Path) -> Path:
         ]
         for k in progress
     }
+    measured = {  # each acceptance's side-by-side speedup (tuned.store.speedups)
+        (k.name, cid): m.speedup
+        for k in progress
+        if k.fingerprint is not None
+        for _, cid in accepted[k.name]
+        if (m := store.measured_speedup(k.name, k.generation, k.fingerprint, cid)) is not None
+    }
     intervals = {
         k.name: {
             str(a["candidate_id"]): (float(i["low"]), float(i["high"]))
@@ -58,7 +65,7 @@ def write_report(store: Store, out: Path) -> Path:
         }
         for k in progress
     }
-    plot_speedups(current, accepted, out / "speedup.png", intervals)
+    plot_speedups(current, accepted, out / "speedup.png", intervals, measured)
     plot_history(current, out / "history.png")
     plot_outcomes(every, out / "outcomes.png")
     plot_strategies(arms, out / "strategies.png")

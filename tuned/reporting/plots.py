@@ -43,13 +43,16 @@ def _pyplot() -> Any:
 
 
 def speedup_series(
-    rows: Sequence[TimelineRow], accepted: Mapping[str, Sequence[tuple[float, str]]]
+    rows: Sequence[TimelineRow],
+    accepted: Mapping[str, Sequence[tuple[float, str]]],
+    measured: Mapping[tuple[str, str], float] | None = None,
 ) -> dict[str, list[tuple[datetime.datetime, float]]]:
     """Speedup of the incumbent over time per kernel (current generation, latest fingerprint).
 
     It starts at 1 when the baseline is measured and steps at each acceptance
-    (``accepted[kernel]``: (decided_at, candidate id), oldest first) to baseline / the
-    accepted candidate's first measured time.
+    (``accepted[kernel]``: (decided_at, candidate id), oldest first) to the accepted
+    candidate's speedup as measured side by side (``measured[(kernel, candidate id)]``,
+    :mod:`tuned.store.speedups`), else baseline / its first measured time.
     """
     latest_fp = {r.kernel: r.fingerprint for r in rows}
     first_time: dict[tuple[str, str], float] = {}
@@ -67,8 +70,9 @@ def speedup_series(
         points = [(datetime.datetime.fromtimestamp(at), 1.0)]
         for decided_at, cid in accepted.get(kernel, ()):
             t = first_time.get((kernel, cid))
-            if t is not None:
-                points.append((datetime.datetime.fromtimestamp(decided_at), base / t))
+            value = (measured or {}).get((kernel, cid)) or (base / t if t else None)
+            if value is not None:
+                points.append((datetime.datetime.fromtimestamp(decided_at), value))
         last = rows[-1].finished_at if rows else at
         points.append((datetime.datetime.fromtimestamp(max(last, at)), points[-1][1]))
         series[kernel] = points
@@ -94,13 +98,14 @@ def plot_speedups(
     accepted: Mapping[str, Sequence[tuple[float, str]]],
     path: Path,
     intervals: Mapping[str, Mapping[str, tuple[float, float]]] | None = None,
+    measured: Mapping[tuple[str, str], float] | None = None,
 ) -> None:
     """Each kernel's best speedup over time, with dates; at each acceptance a bar shows the
     acceptance rule's interval (``intervals[kernel][candidate id]``: the bootstrap interval
     of the gain over the previous best, scaled by the previous best's speedup)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(10, 4.5))
-    series = speedup_series(rows, accepted)
+    series = speedup_series(rows, accepted, measured)
     for kernel, points in sorted(series.items()):
         xs, ys = zip(*points)
         (line,) = ax.step(xs, ys, where="post", label=kernel)

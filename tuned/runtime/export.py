@@ -163,7 +163,11 @@ def export_kernel(
             "baseline_time_s": best.baseline_time_s,
             "speedup": best.speedup,
             "acceptance": [
-                {k: a[k] for k in ("status", "first", "second", "decided_at")}
+                {
+                    **{k: a[k] for k in ("status", "second", "decided_at")},
+                    # a referee's record holds every sample per case: not for the manifest
+                    "first": {k: v for k, v in a["first"].items() if k != "cases"},
+                }
                 for a in plan.acceptances
             ],
         },

@@ -12,6 +12,7 @@ from tuned.outcomes import Candidate, EvalResult, Provenance, canonical_knobs, s
 from tuned.registry.spec import KernelSpec
 from tuned.store._core import Row, SqlCore
 from tuned.store.base import BestRow, KernelRow, TrialRow, fingerprint_id
+from tuned.store.speedups import MeasuredSpeedup, measured_speedup
 
 __all__ = ["Records"]
 
@@ -239,7 +240,26 @@ class Records(SqlCore):
             baseline_time_s=float(baseline["time_s"]),
             fingerprint=fingerprint,
             timing_kind=top["timing_kind"],
+            measured=self.measured_speedup(kernel, k.generation, fingerprint, top["id"]),
         )
+
+    def measured_speedup(
+        self, kernel: str, generation: str, fingerprint: str, candidate_id: str
+    ) -> MeasuredSpeedup | None:
+        """A candidate's speedup over the original as measured side by side: the referee's,
+        else its acceptance's (:mod:`tuned.store.speedups`); what every display shows."""
+        base = self._query(
+            "SELECT id FROM candidates WHERE generation=? AND provenance=? ORDER BY created_at",
+            (generation, Provenance.ORIGINAL.value),
+        )
+        if not base:
+            return None
+        rows = [
+            a
+            for a in self.acceptances(kernel)
+            if a["generation"] == generation and a["fingerprint"] == fingerprint
+        ]
+        return measured_speedup(rows, str(base[0]["id"]), candidate_id)
 
     # -- acceptance of new bests
     def record_acceptance(
