@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tuned.evaluation.invoke import entry_call, resolve
 from tuned.evaluation.worker import ModuleLoader, _limit_resources
 
 __all__ = ["main", "run_request"]
@@ -39,8 +40,8 @@ def run_request(request: dict[str, Any], modules: Path) -> None:
     extra = kernel.get("extra_files", {})
     original = loader.load(kernel["original_source"], directory_key=key, extra_files=extra)
     module = loader.load(candidate["source"], directory_key=key, extra_files=extra)
-    launcher = getattr(module, kernel["launcher"])
-    make_inputs = getattr(original, kernel["inputs"])
+    launcher = entry_call(module, kernel, role="launcher").at(dict(case["dims"]))
+    make_inputs = resolve(original, kernel["inputs"], "inputs")
     knobs = dict(candidate["knobs"])
     inputs = make_inputs(dict(case["dims"]), getattr(torch, case["dtype"]), "cuda", 0)
     for _ in range(int(request.get("warmup", 2))):
