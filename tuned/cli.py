@@ -317,6 +317,9 @@ def _status(args: argparse.Namespace) -> int:
                     summary.evaluations += t.provenance.value != "original"
                 summary.timing_kind = best.timing_kind
             summary.note = "" if k.state == "active" else f"state {k.state}"
+            if best is None:  # nothing succeeded: say so when the original itself failed
+                failed = _original_failure(store, k.name, k.generation, summary)
+                summary.note = "; ".join(n for n in (failed, summary.note) if n)
             if k.state == "needs_llm" and k.reason:
                 summary.note += f" ({k.reason})"
             rows.append(summary)
@@ -331,6 +334,21 @@ def _status(args: argparse.Namespace) -> int:
     finally:
         store.close()
     return EXIT_OK
+
+
+def _original_failure(store: Store, kernel: str, generation: str, summary: CampaignSummary) -> str:
+    """Count the generation's failed evaluations into ``summary`` (on every fingerprint) and
+    describe the original's failure ("" when the original never failed)."""
+    said = ""
+    for fid in store.known_fingerprints():
+        for t in store.trials(kernel, generation, fid):
+            summary.outcomes[t.result.outcome.value] += 1
+            summary.evaluations += t.provenance.value != "original"
+            if t.provenance.value == "original" and t.result.outcome.value != "ok" and not said:
+                reason = (t.result.reason or "").strip().splitlines()
+                said = f"the original failed: {t.result.outcome.value} in {t.result.phase}"
+                said += f" ({reason[0][:160]})" if reason else ""
+    return said
 
 
 def _best(args: argparse.Namespace) -> int:

@@ -17,7 +17,8 @@ What the call returns is a tuple of tensors (:func:`call`):
 
 - ``outputs`` declared (argument positions or parameter names the launcher writes, in place or
   into a provided buffer): those arguments are fresh copies made for this call, and after the
-  call they are the outputs, in the declared order (the return value is ignored);
+  call they are the outputs, in the declared order (the launcher's return value is ignored; a
+  reference may return its outputs instead, or write them the same way);
 - otherwise the return value (a tensor, or a tuple/list of them). ``None`` without declared
   outputs is an invalid entry (:class:`CaseFailure` ``rejected_static``), never a vacuous pass;
 - ``backward`` declared: the listed floating-point inputs are fresh leaf copies that require
@@ -333,7 +334,7 @@ def call(
             args[i] = x.detach().clone().requires_grad_(True)
     with torch.enable_grad() if wanted else torch.no_grad():
         returned = entry.invoke(args, knobs, dims or {})
-    if written:
+    if written and not (entry.role == "reference" and returned is not None):
         outs: tuple[Any, ...] = tuple(args[i] for i in written)
     elif returned is None:
         if entry.role == "reference" and not wanted:

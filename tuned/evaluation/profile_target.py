@@ -23,20 +23,19 @@ from pathlib import Path
 from typing import Any
 
 from tuned.evaluation.invoke import entry_call, resolve
-from tuned.evaluation.worker import ModuleLoader, _limit_resources
+from tuned.evaluation.worker import ModuleLoader, _limit_resources, entry_key
 
 __all__ = ["main", "run_request"]
 
 
 def run_request(request: dict[str, Any], modules: Path) -> None:
     """Load the candidate and make the warm-up and the profiled calls (needs CUDA)."""
-    import hashlib
 
     import torch
 
     kernel, candidate, case = request["kernel"], request["candidate"], request["case"]
     loader = ModuleLoader(modules)
-    key = hashlib.sha256(kernel["original_source"].encode()).hexdigest()[:16]
+    key = entry_key(kernel)
     extra = kernel.get("extra_files", {})
     original = loader.load(kernel["original_source"], directory_key=key, extra_files=extra)
     module = loader.load(candidate["source"], directory_key=key, extra_files=extra)

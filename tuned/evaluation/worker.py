@@ -247,8 +247,10 @@ class ModuleLoader:
 
 
 def entry_key(kernel: Mapping[str, Any]) -> str:
-    """The directory key of an entry's modules: its original source's hash."""
-    return hashlib.sha256(kernel["original_source"].encode()).hexdigest()[:16]
+    """The directory key of an entry's modules: the hash of its original source and its other
+    files (a changed helper is a new directory, never a stale import)."""
+    files = json.dumps([kernel["original_source"], kernel.get("extra_files", {})], sort_keys=True)
+    return hashlib.sha256(files.encode()).hexdigest()[:16]
 
 
 def import_candidate(

@@ -113,9 +113,15 @@ def check_call_fields(doc: Mapping[object, object], out: Problems) -> CallFieldV
 
 
 def check_paths_bound(
-    outline: ModuleOutline, module: str, paths: Mapping[str, str | None], out: Problems
+    outline: ModuleOutline,
+    module: str,
+    paths: Mapping[str, str | None],
+    out: Problems,
+    local: frozenset[str] = frozenset(),
 ) -> None:
-    """Each dotted path's first part is bound in the module, or names an installed package."""
+    """Each dotted path's first part is bound in the module, is one of the entry's own
+    modules or packages (``local``: ``helpers`` for ``helpers.py`` or ``helpers/``), or names
+    an installed package."""
     for key, path in paths.items():
         if path is None:
             continue
@@ -123,7 +129,7 @@ def check_paths_bound(
         if head in outline.functions or head in outline.other:
             continue
         defined = ", ".join(sorted([*outline.functions, *outline.other])) or "none"
-        if "." in path and importlib.util.find_spec(head) is not None:
+        if "." in path and (head in local or importlib.util.find_spec(head) is not None):
             continue  # an installed package: resolved (and imported) in the worker only
         if "." in path:
             what = f"'{head}' of '{path}' is not bound in {module} nor an installed package"

@@ -237,6 +237,7 @@ def _check_module(
     knobs: Mapping[str, tuple[KnobValue, ...]] | None,
     out: Problems,
     call: CallFieldValues | None = None,
+    local: frozenset[str] = frozenset(),
 ) -> tuple[dict[str, tuple[KnobValue, ...]], dict[str, KnobValue], list[Problem]]:
     """Check the named functions against the module's syntax tree.
 
@@ -250,7 +251,8 @@ def _check_module(
     # before; any other dotted path must start from a name the module binds, or a package.
     plain = {k: v for k, v in functions.items() if v is None or v in outline.functions}
     check_functions(outline, module, plain, out)
-    check_paths_bound(outline, module, {k: v for k, v in functions.items() if k not in plain}, out)
+    others = {k: v for k, v in functions.items() if k not in plain}
+    check_paths_bound(outline, module, others, out, local)
     launcher, _ = launcher_definition(source, outline, functions["launcher"] or "")
     notices: list[Problem] = []
     if launcher is None:
@@ -346,7 +348,14 @@ def _load(path: Path) -> tuple[KernelSpec | None, list[Problem]]:
         knobs, declared = {}, True
     elif source is not None:
         knobs, baseline, notices = _check_module(
-            source, directory, module, functions, knobs if declared else None, out, call
+            source,
+            directory,
+            module,
+            functions,
+            knobs if declared else None,
+            out,
+            call,
+            frozenset(rel.split("/")[0].removesuffix(".py") for rel in texts),
         )
 
     if out.items:
