@@ -30,6 +30,7 @@ __all__ = [
     "check_paths_bound",
     "launcher_definition",
     "returns_nothing",
+    "stub_reason",
 ]
 
 #: The top-level keys this module reads.
@@ -192,3 +193,18 @@ def returns_nothing(fn: ast.FunctionDef) -> bool:
             return False
         stack.extend(ast.iter_child_nodes(node))
     return True
+
+
+def stub_reason(fn: ast.FunctionDef) -> str | None:
+    """The message of a top-level ``raise NotImplementedError("TODO ...")`` in ``fn`` (a stub
+    ``ktuned registry add`` wrote for what it could not infer), else None."""
+    for node in fn.body:
+        if not isinstance(node, ast.Raise) or not isinstance(node.exc, ast.Call):
+            continue
+        call = node.exc
+        if isinstance(call.func, ast.Name) and call.func.id == "NotImplementedError":
+            args = [a.value for a in call.args if isinstance(a, ast.Constant)]
+            text = str(args[0]) if args else ""
+            if "TODO" in text:
+                return text
+    return None

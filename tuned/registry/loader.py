@@ -31,6 +31,7 @@ from tuned.registry.launchers import (
     check_paths_bound,
     launcher_definition,
     returns_nothing,
+    stub_reason,
 )
 from tuned.registry.problems import Problem, Problems, show
 from tuned.registry.replay import check_replay
@@ -253,6 +254,14 @@ def _check_module(
     check_functions(outline, module, plain, out)
     others = {k: v for k, v in functions.items() if k not in plain}
     check_paths_bound(outline, module, others, out, local)
+    maker = outline.functions.get(functions["inputs"] or "")
+    stub = None if maker is None else stub_reason(maker)
+    if maker is not None and stub is not None:
+        out.add(
+            "inputs",
+            f"{maker.name} (line {maker.lineno} of {module}) is still a stub: {stub}; write "
+            "it and remove the raise",
+        )
     launcher, _ = launcher_definition(source, outline, functions["launcher"] or "")
     notices: list[Problem] = []
     if launcher is None:
