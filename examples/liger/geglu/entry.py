@@ -1,0 +1,24 @@
+"""Inputs and a PyTorch eager version of Liger-Kernel's GeGLU (GELU-tanh x mul) (liger-kernel 0.8.5).
+
+The launcher is Liger's own autograd Function, imported unchanged from the installed package
+(kernel.yaml, `launcher:`); without a `reference:`, Liger's outputs at its shipped settings are
+the reference. `eager` is what bench/liger_bench.py times as PyTorch eager.
+"""
+
+import torch
+import torch.nn.functional as F
+
+
+def _rand(g, *size):
+    return torch.randn(*size, generator=g)
+
+
+def make_inputs(shape, dtype, device, seed):
+    g = torch.Generator().manual_seed(seed)
+    a = _rand(g, shape["M"], shape["N"]).to(dtype)
+    b = _rand(g, shape["M"], shape["N"]).to(dtype)
+    return a.to(device), b.to(device)
+
+
+def eager(a, b):
+    return F.gelu(a, approximate="tanh") * b

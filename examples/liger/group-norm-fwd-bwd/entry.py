@@ -1,0 +1,26 @@
+"""Inputs and a PyTorch eager version of Liger-Kernel's group norm (liger-kernel 0.8.5).
+
+The launcher is Liger's own autograd Function, imported unchanged from the installed package
+(kernel.yaml, `launcher:`); without a `reference:`, Liger's outputs at its shipped settings are
+the reference. `eager` is what bench/liger_bench.py times as PyTorch eager.
+"""
+
+import torch
+import torch.nn.functional as F
+
+
+def _rand(g, *size):
+    return torch.randn(*size, generator=g)
+
+
+def make_inputs(shape, dtype, device, seed):
+    g = torch.Generator().manual_seed(seed)
+    b, c, length = shape["B"], shape["C"], shape["L"]
+    x = _rand(g, b, c, length).to(dtype)
+    w = (1 + 0.1 * _rand(g, c)).to(dtype)
+    bias = (0.1 * _rand(g, c)).to(dtype)
+    return x.to(device), w.to(device), bias.to(device), c, max(1, c // 16), 1e-6
+
+
+def eager(x, w, bias, channels, groups, eps):
+    return F.group_norm(x, groups, w, bias, eps)

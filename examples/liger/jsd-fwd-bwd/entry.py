@@ -1,0 +1,28 @@
+"""Inputs and a PyTorch eager version of Liger-Kernel's Jensen-Shannon divergence (liger-kernel 0.8.5).
+
+The launcher is Liger's own autograd Function, imported unchanged from the installed package
+(kernel.yaml, `launcher:`); without a `reference:`, Liger's outputs at its shipped settings are
+the reference. `eager` is what bench/liger_bench.py times as PyTorch eager.
+"""
+
+import torch
+import torch.nn.functional as F
+
+
+def _rand(g, *size):
+    return torch.randn(*size, generator=g)
+
+
+def make_inputs(shape, dtype, device, seed):
+    g = torch.Generator().manual_seed(seed)
+    student = torch.log_softmax(_rand(g, shape["T"], shape["V"]), dim=-1).to(dtype)
+    teacher = torch.log_softmax(_rand(g, shape["T"], shape["V"]), dim=-1).to(dtype)
+    return student.to(device), teacher.to(device)
+
+
+def eager(student, teacher, beta=0.5):
+    s, t = student.float(), teacher.float()
+    m = torch.logsumexp(torch.stack([s + torch.log(torch.tensor(1 - beta)), t + torch.log(torch.tensor(beta))]), 0)
+    kl_s = (s.exp() * (s - m)).sum(-1)
+    kl_t = (t.exp() * (t - m)).sum(-1)
+    return ((1 - beta) * kl_s + beta * kl_t).mean()

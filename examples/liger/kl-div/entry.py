@@ -1,0 +1,24 @@
+"""Inputs and a PyTorch eager version of Liger-Kernel's KL divergence (liger-kernel 0.8.5).
+
+The launcher is Liger's own autograd Function, imported unchanged from the installed package
+(kernel.yaml, `launcher:`); without a `reference:`, Liger's outputs at its shipped settings are
+the reference. `eager` is what bench/liger_bench.py times as PyTorch eager.
+"""
+
+import torch
+import torch.nn.functional as F
+
+
+def _rand(g, *size):
+    return torch.randn(*size, generator=g)
+
+
+def make_inputs(shape, dtype, device, seed):
+    g = torch.Generator().manual_seed(seed)
+    y_pred = torch.log_softmax(_rand(g, shape["T"], shape["V"]), dim=-1).to(dtype)
+    y_true = torch.softmax(_rand(g, shape["T"], shape["V"]), dim=-1).to(dtype)
+    return y_pred.to(device), y_true.to(device)
+
+
+def eager(y_pred, y_true):
+    return F.kl_div(y_pred, y_true, reduction="batchmean")

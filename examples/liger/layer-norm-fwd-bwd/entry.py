@@ -1,0 +1,25 @@
+"""Inputs and a PyTorch eager version of Liger-Kernel's LayerNorm (liger-kernel 0.8.5).
+
+The launcher is Liger's own autograd Function, imported unchanged from the installed package
+(kernel.yaml, `launcher:`); without a `reference:`, Liger's outputs at its shipped settings are
+the reference. `eager` is what bench/liger_bench.py times as PyTorch eager.
+"""
+
+import torch
+import torch.nn.functional as F
+
+
+def _rand(g, *size):
+    return torch.randn(*size, generator=g)
+
+
+def make_inputs(shape, dtype, device, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = _rand(g, shape["M"], shape["N"]).to(dtype)
+    w = (1 + 0.1 * _rand(g, shape["N"])).to(dtype)
+    b = (0.1 * _rand(g, shape["N"])).to(dtype)
+    return x.to(device), w.to(device), b.to(device), 1e-6
+
+
+def eager(x, w, b, eps):
+    return F.layer_norm(x, (x.shape[-1],), w, b, eps)

@@ -1,0 +1,34 @@
+"""Inputs and a PyTorch eager version of Liger-Kernel's RoPE (rotary embedding) (liger-kernel 0.8.5).
+
+The launcher is Liger's own autograd Function, imported unchanged from the installed package
+(kernel.yaml, `launcher:`); without a `reference:`, Liger's outputs at its shipped settings are
+the reference. `eager` is what bench/liger_bench.py times as PyTorch eager.
+"""
+
+import torch
+import torch.nn.functional as F
+
+
+def _rand(g, *size):
+    return torch.randn(*size, generator=g)
+
+
+def make_inputs(shape, dtype, device, seed):
+    g = torch.Generator().manual_seed(seed)
+    heads, kv_heads, t, d = shape["H"], max(1, shape["H"] // 4), shape["T"], shape["D"]
+    q = _rand(g, 1, heads, t, d).to(dtype)
+    k = _rand(g, 1, kv_heads, t, d).to(dtype)
+    angles = torch.arange(t)[:, None] * torch.rand(d // 2, generator=g)[None, :]
+    angles = torch.cat([angles, angles], dim=-1)[None]
+    cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)
+    return q.to(device), k.to(device), cos.to(device), sin.to(device)
+
+
+def _rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def eager(q, k, cos, sin):
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
