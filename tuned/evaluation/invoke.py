@@ -193,6 +193,9 @@ class EntryCall:
     role: str
     default_knobs: Mapping[str, Any] = field(default_factory=dict)
     namespace: ModuleType | None = None
+    #: Parameter names that ``outputs``/``backward`` name (the launcher's, also for a
+    #: reference whose own parameters are named otherwise); None: this target's.
+    names: list[str] | None = None
     _instances: dict[Any, Any] = field(default_factory=dict)
 
     def at(self, dims: Mapping[str, int] | None = None) -> Callable[..., tuple[Any, ...]]:
@@ -272,7 +275,13 @@ def entry_call(namespace: ModuleType, kernel: Mapping[str, Any], *, role: str) -
     fields = CallFields.from_payload(kernel.get("call"))
     if role == "reference" and kernel.get("reference"):
         target = resolve(namespace, str(kernel["reference"]), "reference")
-        return EntryCall(target=target, fields=fields, role="reference", namespace=namespace)
+        names = None
+        if fields.outputs or fields.backward:  # named by the launcher's parameters
+            launcher = resolve(namespace, str(kernel["launcher"]), "launcher")
+            names = EntryCall(target=launcher, fields=fields, role="launcher").parameters()
+        return EntryCall(
+            target=target, fields=fields, role="reference", namespace=namespace, names=names
+        )
     target = resolve(namespace, str(kernel["launcher"]), "launcher")
     if not callable(target):
         raise _invalid("launcher", f"{kernel['launcher']!r} is not callable")
@@ -311,7 +320,7 @@ def call(
     import torch
 
     fields, args = entry.fields, list(inputs)
-    params = entry.parameters()
+    params = entry.names if entry.names is not None else entry.parameters()
     written = _positions(fields.outputs, params, len(args), "outputs")
     for i in written:
         if not isinstance(args[i], torch.Tensor):
@@ -349,7 +358,10 @@ def call(
         outs = _as_outputs(returned)
     if not wanted:
         return tuple(o.detach() if isinstance(o, torch.Tensor) else o for o in outs)
-    differentiable = [o for o in outs if isinstance(o, torch.Tensor) and o.requires_grad]
+    # Gradients flow from what the call returned (written arguments are the leaves themselves
+    # when written in place), else from written outputs that autograd recorded.
+    sources = _as_outputs(returned) if returned is not None else outs
+    differentiable = [o for o in sources if isinstance(o, torch.Tensor) and o.grad_fn is not None]
     if not differentiable:
         raise _invalid("backward", f"no output of the {entry.role} requires a gradient")
     hook = None

@@ -16,8 +16,10 @@ def _rand(g, *size):
 def make_inputs(shape, dtype, device, seed):
     g = torch.Generator().manual_seed(seed)
     heads, kv_heads, t, d = shape["H"], max(1, shape["H"] // 4), shape["T"], shape["D"]
-    q = _rand(g, 1, heads, t, d).to(dtype)
-    k = _rand(g, 1, kv_heads, t, d).to(dtype)
+    # As a model passes them: (batch, seq, heads, dim) projections seen as (batch, heads,
+    # seq, dim); Liger rotates them in place (outputs: [q, k]).
+    q = _rand(g, 1, t, heads, d).to(dtype).transpose(1, 2)
+    k = _rand(g, 1, t, kv_heads, d).to(dtype).transpose(1, 2)
     angles = torch.arange(t)[:, None] * torch.rand(d // 2, generator=g)[None, :]
     angles = torch.cat([angles, angles], dim=-1)[None]
     cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)

@@ -1,0 +1,125 @@
+"""examples/liger: Liger-Kernel's ops registered unchanged, checked for real in the interpreter.
+
+Liger 0.8.5's kernels with scalar float parameters fail in Triton's interpreter; the ones that
+run (softmax, sparsemax, cross entropy, JSD, RoPE) are evaluated here at the entries' CPU-size
+shape (``interpreter_max_size``), forward and forward+backward. All of them are for the GPU
+(bench/liger_bench.py).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from tuned.evaluation import EvaluationSettings, WorkerClient
+from tuned.outcomes import Candidate, Outcome, Provenance
+from tuned.registry import KernelSpec, load_entry, scan_registry
+
+pytest.importorskip("liger_kernel", reason="liger-kernel is in the dev extra")
+
+LIGER = Path(__file__).resolve().parents[1] / "examples" / "liger"
+OPS = [
+    "rms-norm",
+    "layer-norm",
+    "fused-add-rms-norm",
+    "softmax",
+    "sparsemax",
+    "dyt",
+    "swiglu",
+    "geglu",
+    "cross-entropy",
+    "kl-div",
+    "jsd",
+    "rope",
+    "group-norm",
+]
+RUNS_IN_INTERPRETER = ("softmax", "sparsemax", "cross-entropy", "jsd", "rope")
+CPU_CAP = 1024  # elements: only the entries' CPU-size shapes (and derived ones) run here
+
+
+def test_every_op_is_registered_unchanged_forward_and_backward() -> None:
+    scan = scan_registry(LIGER)
+    assert not scan.problems, scan.problems
+    names = {spec.name for spec in scan.entries}
+    for op in OPS:
+        assert {f"liger-{op}", f"liger-{op}-fwd-bwd"} <= names
+    for spec in scan.entries:
+        assert spec.launcher.startswith("liger_kernel.ops."), spec.launcher
+        assert spec.reference is None  # Liger's own outputs at its shipped settings
+        assert bool(spec.backward) == spec.name.endswith("-fwd-bwd")
+        assert all(s.size() <= CPU_CAP for s in spec.shapes if not s.perf) or any(
+            s.size() <= CPU_CAP for s in spec.shapes
+        ), f"{spec.name} has no CPU-size shape"
+        sizes = [s.dims for s in spec.perf_shapes]
+        assert sizes and all(max(d.values()) >= 2048 for d in sizes), spec.name
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerClient]:
+    settings = EvaluationSettings(
+        interpreter=True,
+        interpreter_max_size=CPU_CAP,
+        compile_timeout_s=60.0,
+        correctness_timeout_s=120.0,
+        benchmark_timeout_s=60.0,
+    )
+    with WorkerClient(workdir=tmp_path_factory.mktemp("worker"), settings=settings) as c:
+        yield c
+
+
+def _original(spec: KernelSpec) -> Candidate:
+    return Candidate(
+        kernel=spec.name,
+        generation=spec.generation,
+        source=spec.module_source,
+        knobs=dict(spec.baseline_knobs),
+        provenance=Provenance.ORIGINAL,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backward", [False, True], ids=["fwd", "fwd-bwd"])
+@pytest.mark.parametrize("op", RUNS_IN_INTERPRETER)
+def test_the_shipped_kernels_evaluate_in_a_worker(
+    client: WorkerClient, op: str, backward: bool
+) -> None:
+    spec = load_entry(LIGER / (op + ("-fwd-bwd" if backward else "")))
+    result = client.evaluate(spec, _original(spec), lenient_derived=True)
+    assert result.outcome is Outcome.OK, result.reason
+    assert result.checked_cases and result.checked_cases >= 2
+
+
+def _entry_module(op: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"liger_entry_{op}", LIGER / op / "entry.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("op", RUNS_IN_INTERPRETER)
+def test_eager_matches_liger(op: str) -> None:
+    """The eager versions the benchmark times compute what Liger computes (so its 'PyTorch
+    eager' column times the same math), forward and input gradients."""
+    import torch
+
+    from tuned.evaluation.invoke import CallFields, EntryCall, call, resolve
+
+    spec = load_entry(LIGER / f"{op}-fwd-bwd")
+    module = _entry_module(op)
+    small = min(spec.shapes, key=lambda s: s.size())
+    inputs = module.make_inputs(dict(small.dims), torch.float32, "cpu", 0)
+    fields = CallFields(outputs=spec.outputs, backward=spec.backward)
+    liger = EntryCall(target=resolve(module, spec.launcher), fields=fields, role="launcher")
+    eager = EntryCall(
+        target=module.eager, fields=fields, role="reference", names=liger.parameters()
+    )
+    theirs = [t for t in call(liger, inputs, {}, dims=small.dims) if t is not None]
+    ours = call(eager, inputs, {}, dims=small.dims)
+    assert len(theirs) == len(ours)
+    for a, b in zip(theirs, ours, strict=True):
+        torch.testing.assert_close(a.float().reshape(b.shape), b.float(), atol=1e-4, rtol=1e-4)
