@@ -8,6 +8,7 @@ shape (``interpreter_max_size``), forward and forward+backward. All of them are 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 
 from tuned.evaluation import EvaluationSettings, WorkerClient
 from tuned.outcomes import Candidate, Outcome, Provenance
-from tuned.registry import KernelSpec, load_entry, scan_registry
+from tuned.registry import KernelSpec, Tolerance, load_entry, scan_registry
 
 pytest.importorskip("liger_kernel", reason="liger-kernel is in the dev extra")
 
@@ -88,6 +89,9 @@ def test_the_shipped_kernels_evaluate_in_a_worker(
     client: WorkerClient, op: str, backward: bool
 ) -> None:
     spec = load_entry(LIGER / (op + ("-fwd-bwd" if backward else "")))
+    # Triton's interpreter emulates bfloat16 with stray NaNs (Liger's GPU dtype): float32 here.
+    tolerance = {"float32": Tolerance(atol=1e-4, rtol=1e-4)}
+    spec = dataclasses.replace(spec, dtypes=("float32",), tolerance=tolerance)
     result = client.evaluate(spec, _original(spec), lenient_derived=True)
     assert result.outcome is Outcome.OK, result.reason
     assert result.checked_cases and result.checked_cases >= 2
@@ -123,3 +127,32 @@ def test_eager_matches_liger(op: str) -> None:
     assert len(theirs) == len(ours)
     for a, b in zip(theirs, ours, strict=True):
         torch.testing.assert_close(a.float().reshape(b.shape), b.float(), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.slow
+def test_the_liger_benchmark_runs_in_smoke_mode(tmp_path: Path) -> None:
+    """bench/liger_bench.py --smoke: the GPU benchmark's whole path (scan, tune, fresh-process
+    re-measurement, table, totals) in the interpreter, so the script cannot rot."""
+    import os
+    import subprocess
+    import sys
+
+    root = LIGER.parents[1]
+    proc = subprocess.run(
+        [sys.executable, str(root / "bench" / "liger_bench.py"), "--smoke", "--budget", "1"],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        env={**os.environ, "PYTHONPATH": str(root), "TMPDIR": str(tmp_path)},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert "interpreter times (CPU), not GPU results" in out
+    rows = [line for line in out.splitlines() if line.startswith("| liger-")]
+    assert {row.split("|")[1].strip() for row in rows} == {"liger-softmax", "liger-rope-fwd-bwd"}
+    for row in rows:  # every measured row has both times, a speedup and the eager time
+        cells = [c.strip() for c in row.split("|")[1:-1]]
+        assert cells[2] == "yes" and cells[6].endswith("x") and cells[9].endswith("s"), row
+    assert "registered unchanged: 26/26 (100%)" in out
+    assert "geomean tuned speedup over shipped (2 entry x shape)" in out
+    assert "budget: 1 candidates per entry x 2 entries tuned" in out

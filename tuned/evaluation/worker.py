@@ -327,6 +327,8 @@ class Evaluation:
                     self.kernel["inputs"],
                     self.kernel.get("reference"),
                     self.kernel.get("baseline_knobs", {}),
+                    self.kernel["launcher"],  # the reference may be the launcher's outputs,
+                    self.kernel.get("call", {}),  # gradients included (invoke.CallFields)
                     device,
                 ],
                 sort_keys=True,
