@@ -444,7 +444,7 @@ def _registry_add(args: argparse.Namespace) -> int:
     added = add_entry(args.launcher, shapes, args.dtype or ["float16"], args.out, name=args.name)
     print(f"wrote {added.directory}/kernel.yaml and entry.py")
     if added.todo:
-        print(f"TODO: make_inputs in entry.py is a stub for: {'; '.join(added.todo)}")
+        print(f"TODO: {'; '.join(added.todo)}")
     print(f"next: ktuned registry check {added.directory}")
     return EXIT_OK
 

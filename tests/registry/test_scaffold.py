@@ -92,3 +92,20 @@ def test_add_refuses_what_it_cannot_import(tmp_path: Path) -> None:
     assert "cannot import" in added.stderr
     bad = ktuned("registry", "add", "os.path.join", "--shape", "N", path=tmp_path)
     assert bad.returncode == 2 and "NAME=SIZE" in bad.stderr
+
+
+def test_add_says_when_the_launcher_writes_into_arguments(tmp_path: Path) -> None:
+    (tmp_path / "inplace.py").write_text(ADD_SOURCE + "\n\ndef add_(x, y):\n    add(x, y)\n")
+    added = ktuned(
+        "registry",
+        "add",
+        "inplace.add_",
+        "--shape",
+        "N=64",
+        "--out",
+        tmp_path / "reg",
+        path=tmp_path,
+    )
+    assert added.returncode == 0, added.stderr
+    assert "TODO" in added.stdout and "returns nothing" in added.stdout
+    assert "# outputs: [out]" in (tmp_path / "reg" / "add_" / "kernel.yaml").read_text()

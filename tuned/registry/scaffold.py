@@ -82,6 +82,22 @@ def _resolve(path: str) -> Any:
     )
 
 
+def _returns_nothing(target: Any) -> bool:
+    """True when the launcher's source is readable and has no ``return <value>``."""
+    import ast
+    import textwrap
+
+    from tuned.registry.launchers import returns_nothing
+
+    function = getattr(target, "__func__", target)
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    except (OSError, TypeError, SyntaxError):
+        return False
+    defs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+    return bool(defs) and returns_nothing(defs[0])
+
+
 def _signature_params(target: Any) -> list[inspect.Parameter]:
     """The parameters that receive inputs (``ctx``/``self`` left out)."""
     import torch
@@ -190,6 +206,7 @@ def add_entry(
         canon.append(c)
     target = _resolve(path)
     params = _signature_params(target)
+    writes = _returns_nothing(target)
     entry_name = name or re.sub(
         r"[^a-z0-9_-]+", "-", path.split(".")[-1 if not path.endswith(".apply") else -2].lower()
     ).strip("-")
@@ -217,5 +234,9 @@ def add_entry(
         *rows,
         f"dtypes: [{', '.join(canon)}]",
     ]
+    if writes:
+        todo.append("outputs (the launcher returns nothing: list the arguments it writes)")
+        yaml.insert(5, "# TODO: the launcher returns nothing; name what it writes, e.g.")
+        yaml.insert(6, "# outputs: [out]")
     (directory / "kernel.yaml").write_text("\n".join(yaml) + "\n", encoding="utf-8")
     return AddedEntry(directory=directory, name=entry_name, todo=tuple(todo))
