@@ -43,9 +43,9 @@ from profilers.timing import (  # noqa: E402
     interleaved_timing,
     wall_median_seconds,
 )
-from tuned.campaign import TuneSettings  # noqa: E402
 from tuned.evaluation.client import EvaluationSettings, kernel_payload  # noqa: E402
 from tuned.registry import scan_registry  # noqa: E402
+from tuned.search import TuneSettings  # noqa: E402
 from tuned.store.sqlite import SqliteStore  # noqa: E402
 from tuned.tuning import tune_registry  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""Inputs and a PyTorch eager version of Liger-Kernel's LayerNorm (liger-kernel 0.8.5).
+"""Liger-Kernel 0.8.5's LayerNorm: its inputs, and a PyTorch eager version.
 
 The launcher is Liger's own autograd Function, imported unchanged from the installed package
 (kernel.yaml, `launcher:`); without a `reference:`, Liger's outputs at its shipped settings are

@@ -1,4 +1,4 @@
-"""Inputs and a PyTorch eager version of Liger-Kernel's softmax (liger-kernel 0.8.5).
+"""Liger-Kernel 0.8.5's softmax: its inputs, and a PyTorch eager version.
 
 The launcher is Liger's own autograd Function, imported unchanged from the installed package
 (kernel.yaml, `launcher:`); without a `reference:`, Liger's outputs at its shipped settings are
@@ -6,7 +6,6 @@ the reference. `eager` is what bench/liger_bench.py times as PyTorch eager.
 """
 
 import torch
-import torch.nn.functional as F
 
 
 def _rand(g, *size):
