@@ -11,7 +11,8 @@
    flushed); PyTorch eager (the entry's ``eager``); the bytes the call must move (its tensor
    inputs and outputs, gradients included, plus the incoming gradients for fwd+bwd entries)
    over time, as a share of the device's copy bandwidth measured here (``dst.copy_(src)`` of
-   512 MiB: 2 x 512 MiB moved) — the copy ceiling.
+   512 MiB: 2 x 512 MiB moved) — the copy ceiling. The fresh copies each call makes of the
+   arguments it writes and of the inputs it differentiates (read + write) count as moved.
 
 Prints one markdown row per entry and shape, then the totals: the share of entries
 registered unchanged, the share with a non-empty space, the geomean tuned speedup, the budget
@@ -99,6 +100,23 @@ def _run(fn: Any, knobs: dict[str, Any], inputs: Any) -> Any:
     return fn(*inputs, **knobs)
 
 
+def _copied_bytes(
+    outputs: tuple[int | str, ...], backward: tuple[int | str, ...], names: list[str], inputs: Any
+) -> int:
+    """Bytes of the inputs every call copies (written arguments, inputs whose gradients are
+    taken: tuned.evaluation.invoke makes them fresh for each call, inside the timed call)."""
+    import torch
+
+    if tuple(backward) == ("*",):
+        chosen = {
+            i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) and x.is_floating_point()
+        }
+    else:
+        chosen = {names.index(n) if isinstance(n, str) else n for n in backward}
+    chosen |= {names.index(n) if isinstance(n, str) else n for n in outputs}
+    return sum(_bytes(inputs[i]) for i in chosen if i < len(inputs))
+
+
 def _measure_case(
     calls: dict[str, Any], inputs: Any, backward: bool, gpu: bool, settings: TimingSettings
 ) -> dict[str, Any]:
@@ -169,6 +187,7 @@ def remeasure(registry: Path, state: Path, smoke: bool) -> None:
                     "forward": functools.partial(_run, forward.at(dims), base_knobs),
                 }
                 found = _measure_case(calls, inputs, bool(spec.backward), gpu, settings)
+                found["bytes"] += 2 * _copied_bytes(spec.outputs, spec.backward, names, inputs)
                 found.update(
                     entry=spec.name, shape=shape.label(), dtype=dtype_name, best_knobs=best_knobs
                 )
@@ -190,6 +209,12 @@ def main() -> int:
     parser.add_argument("--ops", default=None, help="comma-separated entry names (liger-...)")
     parser.add_argument("--state-dir", type=Path, default=None)
     parser.add_argument("--smoke", action="store_true", help="CPU interpreter, tiny shapes")
+    parser.add_argument(
+        "--wall-limit",
+        type=float,
+        default=420.0,
+        help="seconds of tuning after which the remaining entries are skipped (listed)",
+    )
     parser.add_argument("--remeasure", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.remeasure:
@@ -204,13 +229,23 @@ def main() -> int:
         interpreter=args.smoke,
         interpreter_max_size=SMOKE_CAP if args.smoke else EvaluationSettings().interpreter_max_size,
     )
-    report = tune_registry(
-        subset,
-        store=store,
-        state_dir=state,
-        settings=TuneSettings(budget=args.budget, policy="random"),
-        evaluation=evaluation,
-    )
+    summaries: list[Any] = []
+    fp: dict[str, str] = {}
+    skipped: list[str] = []
+    for entry in sorted(p for p in subset.iterdir() if p.is_dir()):
+        if time.monotonic() - started > args.wall_limit:  # keep the run inside its slot
+            skipped.append(entry.name)
+            shutil.rmtree(entry)
+            continue
+        report = tune_registry(
+            entry,
+            store=store,
+            state_dir=state,
+            settings=TuneSettings(budget=args.budget, policy="random"),
+            evaluation=evaluation,
+        )
+        summaries += report.summaries
+        fp = report.fingerprint or fp
     store.close()
     tuned_wall = time.monotonic() - started
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -225,7 +260,6 @@ def main() -> int:
     lines = [json.loads(line) for line in fresh.stdout.splitlines() if line.startswith("{")]
     bandwidth = float(lines[0]["copy_bandwidth"])
     spaces = {r.split("|")[1].strip(): r for r in rows}
-    fp = report.fingerprint
     kind = "interpreter times (CPU), not GPU results" if args.smoke else "GPU times"
     print(
         f"# Liger-Kernel registry · {fp.get('gpu_model')} · triton {fp.get('triton')} · "
@@ -267,10 +301,12 @@ def main() -> int:
         f"({len(logs)} entry x shape): {geomean:.3f}x"
     )
     print(
-        f"budget: {args.budget} candidates per entry x {len(chosen)} entries tuned; wall: "
-        f"{tuned_wall:.0f} s tuning, {time.monotonic() - started:.0f} s in all"
+        f"budget: {args.budget} candidates per entry x {len(chosen) - len(skipped)} entries "
+        f"tuned; wall: {tuned_wall:.0f} s tuning, {time.monotonic() - started:.0f} s in all"
     )
-    for summary in report.summaries:
+    if skipped:
+        print(f"not tuned (--wall-limit {args.wall_limit:.0f} s reached): {', '.join(skipped)}")
+    for summary in summaries:
         if summary.failures:
             print(f"- {summary.kernel}: failures {dict(summary.failures)}")
     return 0
