@@ -1,11 +1,14 @@
 """Liger-Kernel 0.8.5's fused add + RMSNorm: its inputs, and a PyTorch eager version.
 
-The launcher is Liger's own autograd Function, imported unchanged from the installed package
-(kernel.yaml, `launcher:`); without a `reference:`, Liger's outputs at its shipped settings are
-the reference. `eager` is what bench/liger_bench.py times as PyTorch eager.
+The launcher is Liger's own autograd Function, imported here unchanged from the installed
+package (kernel.yaml, `launcher:`); without a `reference:`, Liger's outputs at its shipped
+settings are the reference. `eager` is what bench/liger_bench.py times as PyTorch eager.
 """
 
 import torch
+from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
+
+__all__ = ["LigerFusedAddRMSNormFunction", "eager", "make_inputs"]
 
 
 def _rand(g, *size):

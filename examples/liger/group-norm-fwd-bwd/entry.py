@@ -1,12 +1,15 @@
 """Liger-Kernel 0.8.5's group norm: its inputs, and a PyTorch eager version.
 
-The launcher is Liger's own autograd Function, imported unchanged from the installed package
-(kernel.yaml, `launcher:`); without a `reference:`, Liger's outputs at its shipped settings are
-the reference. `eager` is what bench/liger_bench.py times as PyTorch eager.
+The launcher is Liger's own autograd Function, imported here unchanged from the installed
+package (kernel.yaml, `launcher:`); without a `reference:`, Liger's outputs at its shipped
+settings are the reference. `eager` is what bench/liger_bench.py times as PyTorch eager.
 """
 
 import torch
 import torch.nn.functional as F
+from liger_kernel.ops.group_norm import LigerGroupNormFunction
+
+__all__ = ["LigerGroupNormFunction", "eager", "make_inputs"]
 
 
 def _rand(g, *size):

@@ -1,13 +1,16 @@
 """Liger-Kernel 0.8.5's Jensen-Shannon divergence: its inputs, and a PyTorch eager version.
 
-The launcher is Liger's own autograd Function, imported unchanged from the installed package
-(kernel.yaml, `launcher:`); without a `reference:`, Liger's outputs at its shipped settings are
-the reference. `eager` is what bench/liger_bench.py times as PyTorch eager.
+The launcher is Liger's own autograd Function, imported here unchanged from the installed
+package (kernel.yaml, `launcher:`); without a `reference:`, Liger's outputs at its shipped
+settings are the reference. `eager` is what bench/liger_bench.py times as PyTorch eager.
 """
 
 import math
 
 import torch
+from liger_kernel.ops.jsd import LigerJSDFunction
+
+__all__ = ["LigerJSDFunction", "eager", "make_inputs"]
 
 
 def _rand(g, *size):
