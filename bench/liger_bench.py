@@ -122,8 +122,8 @@ def _measure_case(
 ) -> dict[str, Any]:
     """Shipped and tuned timed interleaved, eager alone, and the bytes one call moves."""
     moved = _bytes(inputs) + _bytes(calls["shipped"](inputs))
-    if backward:  # the incoming gradient of each forward output
-        moved += _bytes(calls["forward"](inputs))
+    if backward:  # the incoming gradient of each forward output: copied fresh, then read
+        moved += 3 * _bytes(calls["forward"](inputs))
     calls["tuned"](inputs)
     timed = interleaved_timing(
         [lambda: calls["tuned"](inputs), lambda: calls["shipped"](inputs)],

@@ -295,17 +295,28 @@ def _as_outputs(value: Any) -> tuple[Any, ...]:
     return tuple(value) if isinstance(value, (tuple, list)) else (value,)
 
 
+#: Default incoming gradients by (shapes, dtypes, device): made once (on the CPU, seeded, so
+#: the same on every device and call), copied for each call (a backward may write into them).
+_GRADS: dict[tuple[Any, ...], list[Any]] = {}
+
+
 def _grad_outputs(outs: Sequence[Any], namespace_fn: Any) -> list[Any]:
     import torch
 
     if namespace_fn is not None:
         return list(_as_outputs(namespace_fn(tuple(outs), GRAD_SEED)))
-    grads = []
-    generator = torch.Generator().manual_seed(GRAD_SEED)
-    for o in outs:
-        noise = torch.randn(o.shape, generator=generator, dtype=torch.float32)
-        grads.append(noise.to(device=o.device, dtype=o.dtype))
-    return grads
+    key = tuple((tuple(o.shape), str(o.dtype), str(o.device)) for o in outs)
+    if key not in _GRADS:
+        if len(_GRADS) > 32:  # a long-lived worker sees many shapes
+            _GRADS.clear()
+        generator = torch.Generator().manual_seed(GRAD_SEED)
+        _GRADS[key] = [
+            torch.randn(o.shape, generator=generator, dtype=torch.float32).to(
+                device=o.device, dtype=o.dtype
+            )
+            for o in outs
+        ]
+    return [g.clone() for g in _GRADS[key]]
 
 
 def call(
