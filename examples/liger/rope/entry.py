@@ -12,17 +12,20 @@ __all__ = ["LigerRopeFunction", "eager", "make_inputs"]
 
 
 def _rand(g, *size):
-    return torch.randn(*size, generator=g)
+    # Made on the device by a seeded generator of that device: deterministic in seed, and
+    # quick at LLM sizes (a CPU generator spends seconds on a 128k-vocabulary batch).
+    return torch.randn(*size, generator=g, device=g.device)
 
 
 def make_inputs(shape, dtype, device, seed):
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)
     heads, kv_heads, t, d = shape["H"], max(1, shape["H"] // 4), shape["T"], shape["D"]
     # As a model passes them: (batch, seq, heads, dim) projections seen as (batch, heads,
     # seq, dim); Liger rotates them in place (outputs: [q, k]).
     q = _rand(g, 1, t, heads, d).to(dtype).transpose(1, 2)
     k = _rand(g, 1, t, kv_heads, d).to(dtype).transpose(1, 2)
-    angles = torch.arange(t)[:, None] * torch.rand(d // 2, generator=g)[None, :]
+    freqs = torch.rand(d // 2, generator=g, device=device)
+    angles = torch.arange(t, device=device)[:, None] * freqs[None, :]
     angles = torch.cat([angles, angles], dim=-1)[None]
     cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)
     return q.to(device), k.to(device), cos.to(device), sin.to(device)
