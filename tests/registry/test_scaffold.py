@@ -109,3 +109,16 @@ def test_add_says_when_the_launcher_writes_into_arguments(tmp_path: Path) -> Non
     assert added.returncode == 0, added.stderr
     assert "TODO" in added.stdout and "returns nothing" in added.stdout
     assert "# outputs: [out]" in (tmp_path / "reg" / "add_" / "kernel.yaml").read_text()
+
+
+def test_registry_check_prints_the_space(tmp_path: Path) -> None:
+    from tests.conftest import ADD_YAML
+
+    entry = tmp_path / "add"
+    entry.mkdir()
+    (entry / "add.py").write_text(ADD_SOURCE)
+    (entry / "kernel.yaml").write_text(ADD_YAML.format(name="add"))
+    check = ktuned("registry", "check", entry, path=tmp_path)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "knob   BLOCK: 64, 128, 256, 512, 1024 (baseline 256)" in check.stdout
+    assert "knob   num_warps: 1, 2, 4 (baseline 4)" in check.stdout
