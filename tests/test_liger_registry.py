@@ -161,3 +161,26 @@ def test_the_liger_benchmark_runs_in_smoke_mode(tmp_path: Path) -> None:
     assert "registered unchanged: 26/26 (100%)" in out
     assert "geomean tuned speedup over shipped (2 entry x shape)" in out
     assert "budget: 1 candidates per entry x 2 entries tuned" in out
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("entry", sorted(p.name for p in LIGER.iterdir() if p.is_dir()))
+def test_every_entry_evaluates_on_the_gpu(entry: str, tmp_path: Path) -> None:
+    """On a GPU, every entry's shipped kernels pass their own correctness checks (bf16, every
+    declared shape, two seeds, gradients for fwd+bwd) and are timed."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs an NVIDIA GPU with CUDA")
+    spec = load_entry(LIGER / entry)
+    settings = EvaluationSettings(
+        interpreter=False,
+        compile_timeout_s=180.0,
+        correctness_timeout_s=300.0,
+        benchmark_timeout_s=180.0,
+    )
+    with WorkerClient(workdir=tmp_path, settings=settings) as c:
+        result = c.evaluate(spec, _original(spec), lenient_derived=True)
+    assert result.outcome is Outcome.OK, result.reason
+    assert result.timing_kind == "gpu" and len(result.timings) == len(spec.perf_shapes)
