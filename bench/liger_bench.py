@@ -137,6 +137,24 @@ def _measure_case(
     return {"shipped_s": shipped_s, "tuned_s": tuned_s, "eager_s": eager_s, "bytes": moved}
 
 
+def _runnable(
+    payload: dict[str, Any], source: str, knobs: Any
+) -> tuple[dict[str, Any], str, dict[str, Any]]:
+    """The kernel payload, candidate source and knobs as the worker runs them: where knob
+    injection (issue 19 item 1) is present, injected knobs are written into the source the
+    way the worker does before it calls the launcher."""
+    request = {"kernel": payload, "candidate": {"source": source, "knobs": dict(knobs)}}
+    try:
+        from tuned.registry.injection import runnable_request  # type: ignore[import-not-found]
+    except ImportError:
+        return payload, source, dict(knobs)
+    done = runnable_request(request)
+    candidate = done["candidate"]
+    if candidate.get("injection_error"):
+        raise RuntimeError(f"{payload['name']}: {candidate['injection_error']}")
+    return dict(done["kernel"]), str(candidate["source"]), dict(candidate["knobs"])
+
+
 def remeasure(registry: Path, state: Path, smoke: bool) -> None:
     """Interleaved re-measurement of shipped vs best, with eager and the copy ceiling (JSON
     lines on stdout). Runs in its own process, after tuning."""
@@ -157,10 +175,11 @@ def remeasure(registry: Path, state: Path, smoke: bool) -> None:
         if best is None:
             print(json.dumps({"entry": spec.name, "error": "no successful evaluation"}))
             continue
-        payload = kernel_payload(spec)
+        source = store.source(best.source_hash) or spec.module_source
+        payload, source, best_knobs = _runnable(kernel_payload(spec), source, best.knobs)
+        shown = dict(best.knobs)  # as the store records them
         key, extra = entry_key(payload), payload["extra_files"]
         original = loader.load(spec.module_source, directory_key=key, extra_files=extra)
-        source = store.source(best.source_hash) or spec.module_source
         tuned_module = loader.load(source, directory_key=key, extra_files=extra)
         shipped = entry_call(original, payload, role="launcher")
         tuned = entry_call(tuned_module, payload, role="launcher")
@@ -175,7 +194,7 @@ def remeasure(registry: Path, state: Path, smoke: bool) -> None:
         forward = EntryCall(target=shipped.target, fields=forward_only, role="launcher")
         make_inputs = resolve(original, spec.inputs, "inputs")
         shapes = spec.perf_shapes if gpu else (min(spec.shapes, key=lambda s: s.size()),)
-        base_knobs, best_knobs = dict(spec.baseline_knobs), dict(best.knobs)
+        base_knobs = dict(payload["baseline_knobs"])
         for shape in shapes:
             for dtype_name in spec.dtypes:
                 dims = dict(shape.dims)
@@ -189,7 +208,7 @@ def remeasure(registry: Path, state: Path, smoke: bool) -> None:
                 found = _measure_case(calls, inputs, bool(spec.backward), gpu, settings)
                 found["bytes"] += 2 * _copied_bytes(spec.outputs, spec.backward, names, inputs)
                 found.update(
-                    entry=spec.name, shape=shape.label(), dtype=dtype_name, best_knobs=best_knobs
+                    entry=spec.name, shape=shape.label(), dtype=dtype_name, best_knobs=shown
                 )
                 print(json.dumps(found), flush=True)
                 del inputs
