@@ -136,6 +136,16 @@ def build_parser() -> argparse.ArgumentParser:
     registry_sub = registry.add_subparsers(dest="registry_command", required=True)
     check = registry_sub.add_parser("check", help="validate every entry and print each problem")
     check.add_argument("path", type=Path)
+    add = registry_sub.add_parser(
+        "add", help="write an entry for an existing launcher (docs/registry.md, one command)"
+    )
+    add.add_argument("launcher", help="dotted path, e.g. package.module.function")
+    add.add_argument(
+        "--shape", action="append", required=True, help="NAME=SIZE,...; repeat for more shapes"
+    )
+    add.add_argument("--dtype", action="append", default=None, help="repeat for more dtypes")
+    add.add_argument("--out", type=Path, default=Path("."), help="registry directory")
+    add.add_argument("--name", default=None, help="entry name (default: the launcher's)")
 
     run = sub.add_parser("run", help="the daemon: tune the registry forever (systemd service)")
     run.add_argument(
@@ -225,6 +235,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _deploy(args)
         if args.command == "referee":
             return _referee(args)
+        if args.registry_command == "add":
+            return _registry_add(args)
         return _registry_check(args)
     except BadInputError as exc:
         print(f"ktuned: error: {exc}", file=sys.stderr)
@@ -348,7 +360,12 @@ def _status(args: argparse.Namespace) -> int:
         if not kernels and not invalid:
             print("no kernels yet: run `ktuned tune REGISTRY_DIR`")
             return EXIT_OK
-        print(status_table(kernels))
+        failed = {  # nothing succeeded: say so when the original itself failed
+            k.name: _original_failure(store, k.name, k.progress.generation)
+            for k in kernels
+            if k.progress.best_s is None
+        }
+        print(status_table(kernels, failed))
         from tuned.runtime.notes import status_notes
 
         notes = status_notes(store)
@@ -359,6 +376,18 @@ def _status(args: argparse.Namespace) -> int:
     finally:
         store.close()
     return EXIT_OK
+
+
+def _original_failure(store: Store, kernel: str, generation: str) -> str:
+    """Describe the generation's original's failure, on any fingerprint ("" when the original
+    never failed)."""
+    for fid in store.known_fingerprints():
+        for t in store.trials(kernel, generation, fid):
+            if t.provenance.value == "original" and t.result.outcome.value != "ok":
+                reason = (t.result.reason or "").strip().splitlines()
+                said = f"the original failed: {t.result.outcome.value} in {t.result.phase}"
+                return said + (f" ({reason[0][:160]})" if reason else "")
+    return ""
 
 
 def _best(args: argparse.Namespace) -> int:
@@ -453,12 +482,28 @@ def _registry_check(args: argparse.Namespace) -> int:
             what = f"{len(spec.shapes)} shapes, {len(spec.dtypes)} dtypes"
         found = " (discovered)" if spec.knobs and not spec.knobs_declared else ""
         print(f"ok       {spec.name}: {what}, {space} knob configurations{found}")
+        for knob, values in spec.knobs.items():  # the space itself
+            base = spec.baseline_knobs.get(knob)
+            shown = ", ".join(str(v) for v in values)
+            print(f"  knob   {knob}: {shown}" + ("" if base is None else f" (baseline {base})"))
         for notice in spec.notices:
             print(f"note     {notice}")
     if scan.problems:
         print(format_problems(scan.problems))
     print(f"{len(scan.entries)} entries ok, {len(scan.invalid)} invalid")
     return EXIT_BAD_INPUT if scan.problems else EXIT_OK
+
+
+def _registry_add(args: argparse.Namespace) -> int:
+    from tuned.registry.scaffold import add_entry, parse_shape
+
+    shapes = [parse_shape(text) for text in args.shape]
+    added = add_entry(args.launcher, shapes, args.dtype or ["float16"], args.out, name=args.name)
+    print(f"wrote {added.directory}/kernel.yaml and entry.py")
+    if added.todo:
+        print(f"TODO: {'; '.join(added.todo)}")
+    print(f"next: ktuned registry check {added.directory}")
+    return EXIT_OK
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -553,6 +553,7 @@ def _kernel_payload(spec: KernelSpec) -> dict[str, Any]:
         "original_source": spec.module_source,
         "extra_files": dict(spec.extra_files),
         "baseline_knobs": dict(spec.baseline_knobs),
+        "call": spec.call_payload(),  # how the launcher is called: tuned.evaluation.invoke
     }
 
 

@@ -49,6 +49,7 @@ from tuned.evaluation.checks import (
     unwritten_elements,
 )
 from tuned.evaluation.guard import Guard, TimerSnapshot
+from tuned.evaluation.invoke import entry_call, kernel_modules, resolve
 from tuned.registry.injection import runnable_request
 
 # In the interpreter, timing only ranks candidates on this CPU: keep it cheap.
@@ -204,14 +205,28 @@ class ModuleLoader:
         self.root = root
         self._loaded: dict[str, ModuleType] = {}
 
+    def _enter(self, directory: Path) -> None:
+        """Make ``directory`` the only entry directory imports resolve from. Helper modules
+        another entry imported (its ``utils.py``, say) leave ``sys.modules``, so an entry's
+        ``import utils`` finds its own file, never a namesake's that stayed cached."""
+        root, own = str(self.root), str(directory)
+        sys.path[:] = [p for p in sys.path if not p.startswith(root)]
+        sys.path.insert(0, own)
+        for name, mod in list(sys.modules.items()):
+            where = getattr(mod, "__file__", None) or ""
+            foreign = where.startswith(root) and not where.startswith(own + os.sep)
+            if foreign and not name.startswith("ktuned_candidate_"):
+                del sys.modules[name]
+
     def load(
         self, source: str, *, directory_key: str, extra_files: Mapping[str, str]
     ) -> ModuleType:
         digest = hashlib.sha256(source.encode()).hexdigest()[:16]
         key = f"{directory_key}:{digest}"
+        directory = self.root / f"entry_{directory_key}"
+        self._enter(directory)
         if key in self._loaded:
             return self._loaded[key]
-        directory = self.root / f"entry_{directory_key}"
         directory.mkdir(parents=True, exist_ok=True)
         for rel, text in extra_files.items():
             path = directory / rel
@@ -220,9 +235,6 @@ class ModuleLoader:
         name = f"ktuned_candidate_{digest}"
         path = directory / f"{name}.py"
         path.write_text(source, encoding="utf-8")
-        # Sibling modules of the entry resolve from its own directory only.
-        sys.path[:] = [p for p in sys.path if not p.startswith(str(self.root))]
-        sys.path.insert(0, str(directory))
         spec = importlib.util.spec_from_file_location(name, path)
         if spec is None or spec.loader is None:
             raise CaseFailure("runtime_error", f"cannot import the module from {path}")
@@ -237,8 +249,10 @@ class ModuleLoader:
 
 
 def entry_key(kernel: Mapping[str, Any]) -> str:
-    """The directory key of an entry's modules: its original source's hash."""
-    return hashlib.sha256(kernel["original_source"].encode()).hexdigest()[:16]
+    """The directory key of an entry's modules: the hash of its original source and its other
+    files (a changed helper is a new directory, never a stale import)."""
+    files = json.dumps([kernel["original_source"], kernel.get("extra_files", {})], sort_keys=True)
+    return hashlib.sha256(files.encode()).hexdigest()[:16]
 
 
 def import_candidate(
@@ -316,6 +330,8 @@ class Evaluation:
                     self.kernel["inputs"],
                     self.kernel.get("reference"),
                     self.kernel.get("baseline_knobs", {}),
+                    self.kernel["launcher"],  # the reference may be the launcher's outputs,
+                    self.kernel.get("call", {}),  # gradients included (invoke.CallFields)
                     device,
                 ],
                 sort_keys=True,
@@ -426,16 +442,11 @@ class Evaluation:
         self.candidate_modules.add(module.__name__)
         self.module_name = module.__name__
         self._check_guard(guard, need_launch=False)
-        launcher = getattr(module, self.kernel["launcher"], None)
-        if not callable(launcher):
-            raise CaseFailure("rejected_static", f"no callable {self.kernel['launcher']!r}")
-        make_inputs = getattr(original, self.kernel["inputs"])
-        if self.kernel.get("reference"):
-            reference = getattr(original, self.kernel["reference"])
-        else:
-            base = getattr(original, self.kernel["launcher"])
-            baseline_knobs = dict(self.kernel["baseline_knobs"])
-            reference = lambda *xs: base(*xs, **baseline_knobs)
+        # How the entry's launcher and reference are called: tuned.evaluation.invoke.
+        launcher = entry_call(module, self.kernel, role="launcher")
+        self.candidate_modules |= kernel_modules(launcher.target)
+        make_inputs = resolve(original, self.kernel["inputs"], "inputs")
+        reference = entry_call(original, self.kernel, role="reference")
 
         cases, skipped = self.cases()
         if not cases:
@@ -456,7 +467,7 @@ class Evaluation:
         first_inputs = inputs_of(cases[0])
         first_given = clone_inputs(first_inputs)
         try:
-            first_out = self.guarded_call(launcher, first_given, "nan")
+            first_out = self.guarded_call(launcher.at(cases[0].dims), first_given, "nan")
         except CaseFailure:
             raise
         except Exception as exc:
@@ -479,8 +490,8 @@ class Evaluation:
                     pristine = first_inputs if index == 0 else inputs_of(case)
                 self.check_case(
                     case,
-                    launcher,
-                    reference,
+                    launcher.at(case.dims),
+                    reference.at(case.dims),
                     pristine,
                     (first_given, first_out) if index == 0 else None,
                     signatures,
@@ -509,13 +520,19 @@ class Evaluation:
                 extra_files=self.kernel.get("extra_files", {}),
             )
             self.candidate_modules.add(inc_module.__name__)
-            incumbent = getattr(inc_module, self.kernel["launcher"])
+            incumbent = entry_call(inc_module, self.kernel, role="launcher")
         samples: dict[str, list[float]] = {}
         incumbent_samples: dict[str, list[float]] = {}
         screened: list[str] = []
         for case in self.timed_cases(cases):
             try:
-                mine, theirs, cut = self.time_case(case, launcher, incumbent, reference, inputs_of)
+                mine, theirs, cut = self.time_case(
+                    case,
+                    launcher.at(case.dims),
+                    incumbent.at(case.dims) if incumbent is not None else None,
+                    reference.at(case.dims),
+                    inputs_of,
+                )
             except CaseFailure as failure:
                 failure.reason = f"{case.label}: {failure.reason}"
                 raise

@@ -24,6 +24,15 @@ from yaml.constructor import ConstructorError
 from tuned.errors import BadInputError, RegistryError
 from tuned.registry.discovery import discover_knobs
 from tuned.registry.knobs import check_knobs
+from tuned.registry.launchers import (
+    CallFieldValues,
+    check_call_fields,
+    check_dotted_path,
+    check_paths_bound,
+    launcher_definition,
+    returns_nothing,
+    stub_reason,
+)
 from tuned.registry.problems import Problem, Problems, show
 from tuned.registry.replay import check_replay
 from tuned.registry.roofline import check_roofline
@@ -229,6 +238,8 @@ def _check_module(
     knobs: Mapping[str, tuple[KnobValue, ...]] | None,
     out: Problems,
     extra: Mapping[str, str] | None = None,
+    call: CallFieldValues | None = None,
+    local: frozenset[str] = frozenset(),
 ) -> tuple[dict[str, tuple[KnobValue, ...]], dict[str, KnobValue], list[Problem]]:
     """Check the named functions against the module's syntax tree.
 
@@ -238,12 +249,44 @@ def _check_module(
     outline = outline_module(source, directory / module, out)
     if outline is None:
         return dict(knobs or {}), {}, []
-    check_functions(outline, module, functions, out)
-    launcher = outline.functions.get(functions["launcher"] or "")
-    if launcher is None:
-        return dict(knobs or {}), {}, []
+    # Launchers as written (tuned.registry.launchers): a def of the module is checked as
+    # before; any other dotted path must start from a name the module binds, or a package.
+    plain = {k: v for k, v in functions.items() if v is None or v in outline.functions}
+    check_functions(outline, module, plain, out)
+    others = {k: v for k, v in functions.items() if k not in plain}
+    check_paths_bound(outline, module, others, out, local)
+    maker = outline.functions.get(functions["inputs"] or "")
+    stub = None if maker is None else stub_reason(maker)
+    if maker is not None and stub is not None:
+        out.add(
+            "inputs",
+            f"{maker.name} (line {maker.lineno} of {module}) is still a stub: {stub}; write "
+            "it and remove the raise",
+        )
+    launcher, _ = launcher_definition(source, outline, functions["launcher"] or "")
     notices: list[Problem] = []
     injected: dict[str, KnobValue] = {}  # discovered knobs written into a generated copy
+    if launcher is None:
+        if knobs is None and functions["launcher"] is not None:
+            notices = [
+                Problem(
+                    file=directory / module,
+                    field="knobs",
+                    reason=f"the launcher {functions['launcher']} is not defined in {module}: "
+                    "no knobs discovered there; declare knobs to tune it",
+                )
+            ]
+        return dict(knobs or {}), {}, notices
+    if call is not None and not call.outputs and returns_nothing(launcher):
+        out.add(
+            "outputs",
+            f"the launcher {functions['launcher']} (line {launcher.lineno} of {module}) returns "
+            "nothing and the entry declares no outputs, so there would be nothing to check; "
+            "if it writes its results into arguments, list them, e.g. `outputs: [out]` "
+            "(parameter names or positions), else return the outputs",
+        )
+    if knobs is None and launcher.name != (functions["launcher"] or "").split(".")[-1]:
+        knobs = {}  # a method or forward: discovery reads top-level launchers only
     if knobs is None:
         found = discover_knobs(outline, launcher, module, source=source, sources=extra)
         knobs, injected = found.knobs, found.baseline
@@ -280,7 +323,11 @@ def _load(path: Path) -> tuple[KernelSpec | None, list[Problem]]:
     check_top_level(doc, out, kind="reference" if reference_only else "triton")
     name = check_name(doc.get("name"), out)
     module = check_module_path(doc.get("module"), directory, out)
-    functions = {key: check_function_name(key, doc.get(key), out) for key in _FUNCTION_KEYS}
+    if reference_only:
+        functions = {key: check_function_name(key, doc.get(key), out) for key in _FUNCTION_KEYS}
+    else:
+        functions = {key: check_dotted_path(key, doc.get(key), out) for key in _FUNCTION_KEYS}
+    call = check_call_fields(doc, out)
     if reference_only:
         if doc.get("launcher") is None:
             functions["launcher"] = DEFAULT_REFERENCE_LAUNCHER
@@ -314,7 +361,15 @@ def _load(path: Path) -> tuple[KernelSpec | None, list[Problem]]:
     elif source is not None:
         extra = {r: t for r, t in texts.items() if r != module and t is not None}
         knobs, baseline, notices = _check_module(
-            source, directory, module, functions, knobs if declared else None, out, extra
+            source,
+            directory,
+            module,
+            functions,
+            knobs if declared else None,
+            out,
+            extra,
+            call,
+            frozenset(rel.split("/")[0].removesuffix(".py") for rel in texts),
         )
 
     if out.items:
@@ -343,6 +398,10 @@ def _load(path: Path) -> tuple[KernelSpec | None, list[Problem]]:
         extra_files={r: t for r, t in texts.items() if r != module and t is not None},
         notices=tuple(notices),
         kind="reference" if reference_only else "triton",
+        outputs=call.outputs,
+        backward=call.backward,
+        init=call.init,
+        grad_outputs=call.grad_outputs,
     )
     return spec, []
 

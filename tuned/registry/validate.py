@@ -52,6 +52,11 @@ TOP_LEVEL_KEYS: tuple[str, ...] = (
     "weight",
     "roofline",
     "kind",
+    # how the launcher is called (tuned.registry.launchers)
+    "outputs",
+    "backward",
+    "init",
+    "grad_outputs",
 )
 _REQUIRED_EXAMPLES: dict[str, str] = {
     "name": "name: softmax",

@@ -19,12 +19,17 @@ __all__ = ["status_json", "status_table"]
 _HEADER = ("kernel", "state", "baseline", "best", "speedup", "evals", "failures by outcome")
 
 
-def status_table(kernels: Sequence[KernelOverview]) -> str:
-    """The table ``ktuned status`` prints."""
+def status_table(
+    kernels: Sequence[KernelOverview], original_failed: Mapping[str, str] | None = None
+) -> str:
+    """The table ``ktuned status`` prints; ``original_failed[kernel]`` says how the original
+    failed, for kernels with nothing successful."""
     rows = [_HEADER]
     for k in kernels:
         p = k.progress
         failures = ", ".join(f"{o}={n}" for o, n in sorted(k.outcomes.items()) if o != "ok")
+        said = (original_failed or {}).get(k.name, "")
+        failures = "; ".join(f for f in (failures, said) if f)
         rows.append(
             (
                 k.name,
