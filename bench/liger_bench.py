@@ -179,20 +179,26 @@ def remeasure(registry: Path, state: Path, smoke: bool) -> None:
         payload, source, best_knobs = _runnable(kernel_payload(spec), source, best.knobs)
         shown = dict(best.knobs)  # as the store records them
         key, extra = entry_key(payload), payload["extra_files"]
-        original = loader.load(spec.module_source, directory_key=key, extra_files=extra)
-        tuned_module = loader.load(source, directory_key=key, extra_files=extra)
+        package = str(payload.get("package") or "")  # a copy of Liger's own module
+        original = loader.load(
+            spec.module_source, directory_key=key, extra_files=extra, package=package
+        )
+        tuned_module = loader.load(source, directory_key=key, extra_files=extra, package=package)
+        entry = loader.load(  # the entry's module: inputs and eager
+            spec.entry_source or spec.module_source, directory_key=key, extra_files=extra
+        )
         shipped = entry_call(original, payload, role="launcher")
         tuned = entry_call(tuned_module, payload, role="launcher")
         forward_only = CallFields(outputs=spec.outputs)
         names = shipped.parameters()
         eager = EntryCall(
-            target=resolve(original, "eager", "eager"),
+            target=resolve(entry, "eager", "eager"),
             fields=CallFields(backward=spec.backward),
             role="reference",
             names=names,
         )
         forward = EntryCall(target=shipped.target, fields=forward_only, role="launcher")
-        make_inputs = resolve(original, spec.inputs, "inputs")
+        make_inputs = resolve(entry, spec.inputs, "inputs")
         shapes = spec.perf_shapes if gpu else (min(spec.shapes, key=lambda s: s.size()),)
         base_knobs = dict(payload["baseline_knobs"])
         for shape in shapes:

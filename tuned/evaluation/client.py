@@ -554,6 +554,10 @@ def _kernel_payload(spec: KernelSpec) -> dict[str, Any]:
         "extra_files": dict(spec.extra_files),
         "baseline_knobs": dict(spec.baseline_knobs),
         "call": spec.call_payload(),  # how the launcher is called: tuned.evaluation.invoke
+        # a launcher of an installed package (tuned.registry.installed): its copies load in
+        # that package; inputs and reference come from the entry's own module
+        "package": spec.package,
+        "inputs_source": spec.entry_source,
     }
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tuned.evaluation.invoke import entry_call, resolve
-from tuned.evaluation.worker import ModuleLoader, _limit_resources, entry_key
+from tuned.evaluation.worker import ModuleLoader, _limit_resources, entry_key, inputs_module
 from tuned.registry.injection import runnable_request
 
 __all__ = ["main", "run_request"]
@@ -39,10 +39,13 @@ def run_request(request: dict[str, Any], modules: Path) -> None:
     loader = ModuleLoader(modules)
     key = entry_key(kernel)
     extra = kernel.get("extra_files", {})
-    original = loader.load(kernel["original_source"], directory_key=key, extra_files=extra)
-    module = loader.load(candidate["source"], directory_key=key, extra_files=extra)
+    package = str(kernel.get("package") or "")
+    original = loader.load(
+        kernel["original_source"], directory_key=key, extra_files=extra, package=package
+    )
+    module = loader.load(candidate["source"], directory_key=key, extra_files=extra, package=package)
     launcher = entry_call(module, kernel, role="launcher").at(dict(case["dims"]))
-    make_inputs = resolve(original, kernel["inputs"], "inputs")
+    make_inputs = resolve(inputs_module(loader, kernel, original), kernel["inputs"], "inputs")
     knobs = dict(candidate["knobs"])
     inputs = make_inputs(dict(case["dims"]), getattr(torch, case["dtype"]), "cuda", 0)
     for _ in range(int(request.get("warmup", 2))):

@@ -215,14 +215,21 @@ class ModuleLoader:
         for name, mod in list(sys.modules.items()):
             where = getattr(mod, "__file__", None) or ""
             foreign = where.startswith(root) and not where.startswith(own + os.sep)
-            if foreign and not name.startswith("ktuned_candidate_"):
+            if foreign and not name.rpartition(".")[2].startswith("ktuned_candidate_"):
                 del sys.modules[name]
 
     def load(
-        self, source: str, *, directory_key: str, extra_files: Mapping[str, str]
+        self,
+        source: str,
+        *,
+        directory_key: str,
+        extra_files: Mapping[str, str],
+        package: str = "",
     ) -> ModuleType:
+        """``source`` imported as ``ktuned_candidate_<hash>``, or inside ``package`` (a copy of
+        an installed package's module: its imports resolve as the original's do)."""
         digest = hashlib.sha256(source.encode()).hexdigest()[:16]
-        key = f"{directory_key}:{digest}"
+        key = f"{directory_key}:{package}:{digest}"
         directory = self.root / f"entry_{directory_key}"
         self._enter(directory)
         if key in self._loaded:
@@ -235,6 +242,9 @@ class ModuleLoader:
         name = f"ktuned_candidate_{digest}"
         path = directory / f"{name}.py"
         path.write_text(source, encoding="utf-8")
+        if package:
+            importlib.import_module(package)  # the installed package, as its module would be
+            name = f"{package}.{name}"
         spec = importlib.util.spec_from_file_location(name, path)
         if spec is None or spec.loader is None:
             raise CaseFailure("runtime_error", f"cannot import the module from {path}")
@@ -251,8 +261,21 @@ class ModuleLoader:
 def entry_key(kernel: Mapping[str, Any]) -> str:
     """The directory key of an entry's modules: the hash of its original source and its other
     files (a changed helper is a new directory, never a stale import)."""
-    files = json.dumps([kernel["original_source"], kernel.get("extra_files", {})], sort_keys=True)
+    files = json.dumps(
+        [kernel["original_source"], kernel.get("extra_files", {}), kernel.get("inputs_source")],
+        sort_keys=True,
+    )
     return hashlib.sha256(files.encode()).hexdigest()[:16]
+
+
+def inputs_module(loader: ModuleLoader, kernel: Mapping[str, Any], original: ModuleType) -> Any:
+    """The module of the entry's inputs and reference: ``original``, or the entry's own module
+    when the launcher is an installed package's (``inputs_source``)."""
+    if not kernel.get("inputs_source"):
+        return original
+    extra = kernel.get("extra_files", {})
+    key = entry_key(kernel)
+    return loader.load(kernel["inputs_source"], directory_key=key, extra_files=extra)
 
 
 def import_candidate(
@@ -262,10 +285,13 @@ def import_candidate(
     entry's own directory with its extra files. Something the guard refused at import is a
     ``cheat``; the caller checks ``guard`` for refusals the module swallowed."""
     key, extra = entry_key(kernel), kernel.get("extra_files", {})
-    original = loader.load(kernel["original_source"], directory_key=key, extra_files=extra)
+    package = str(kernel.get("package") or "")
+    original = loader.load(
+        kernel["original_source"], directory_key=key, extra_files=extra, package=package
+    )
     try:
         with guard:
-            module = loader.load(source, directory_key=key, extra_files=extra)
+            module = loader.load(source, directory_key=key, extra_files=extra, package=package)
     except Exception as exc:
         if guard.violations:
             raise CaseFailure("cheat", f"forbidden at import: {guard.violations[0]}") from exc
@@ -332,6 +358,7 @@ class Evaluation:
                     self.kernel.get("baseline_knobs", {}),
                     self.kernel["launcher"],  # the reference may be the launcher's outputs,
                     self.kernel.get("call", {}),  # gradients included (invoke.CallFields)
+                    self.kernel.get("inputs_source"),
                     device,
                 ],
                 sort_keys=True,
@@ -445,8 +472,10 @@ class Evaluation:
         # How the entry's launcher and reference are called: tuned.evaluation.invoke.
         launcher = entry_call(module, self.kernel, role="launcher")
         self.candidate_modules |= kernel_modules(launcher.target)
-        make_inputs = resolve(original, self.kernel["inputs"], "inputs")
-        reference = entry_call(original, self.kernel, role="reference")
+        entry = inputs_module(self.loader, self.kernel, original)
+        make_inputs = resolve(entry, self.kernel["inputs"], "inputs")
+        by_reference = entry if self.kernel.get("reference") else original
+        reference = entry_call(by_reference, self.kernel, role="reference")
 
         cases, skipped = self.cases()
         if not cases:
@@ -518,6 +547,7 @@ class Evaluation:
                 inc["source"],
                 directory_key=entry_key(self.kernel),
                 extra_files=self.kernel.get("extra_files", {}),
+                package=str(self.kernel.get("package") or ""),
             )
             self.candidate_modules.add(inc_module.__name__)
             incumbent = entry_call(inc_module, self.kernel, role="launcher")

@@ -22,7 +22,8 @@ import yaml
 from yaml.constructor import ConstructorError
 
 from tuned.errors import BadInputError, RegistryError
-from tuned.registry.discovery import discover_knobs
+from tuned.registry.discovery import Discovery, discover_knobs, discover_source
+from tuned.registry.installed import InstalledLauncher, find_installed, package_of
 from tuned.registry.knobs import check_knobs
 from tuned.registry.launchers import (
     CallFieldValues,
@@ -240,15 +241,18 @@ def _check_module(
     extra: Mapping[str, str] | None = None,
     call: CallFieldValues | None = None,
     local: frozenset[str] = frozenset(),
-) -> tuple[dict[str, tuple[KnobValue, ...]], dict[str, KnobValue], list[Problem]]:
+) -> tuple[
+    dict[str, tuple[KnobValue, ...]], dict[str, KnobValue], list[Problem], InstalledLauncher | None
+]:
     """Check the named functions against the module's syntax tree.
 
     Returns the knobs (``knobs`` as declared, or discovered from the launch sites when
-    ``knobs`` is None), the baseline knobs and the notices of discovery.
+    ``knobs`` is None), the baseline knobs, the notices of discovery and, for a launcher
+    imported from an installed package, that module (the one whose copy is tuned).
     """
     outline = outline_module(source, directory / module, out)
     if outline is None:
-        return dict(knobs or {}), {}, []
+        return dict(knobs or {}), {}, [], None
     # Launchers as written (tuned.registry.launchers): a def of the module is checked as
     # before; any other dotted path must start from a name the module binds, or a package.
     plain = {k: v for k, v in functions.items() if v is None or v in outline.functions}
@@ -267,16 +271,23 @@ def _check_module(
     notices: list[Problem] = []
     injected: dict[str, KnobValue] = {}  # discovered knobs written into a generated copy
     if launcher is None:
+        installed = None
+        if knobs is None and functions["launcher"] is not None:
+            installed = find_installed(source, functions["launcher"], local)
+        if installed is not None:  # the copy tuned is the installed module's (installed.py)
+            found = discover_source(installed.source, installed.qualname, installed.module)
+            return *_injected_only(found, installed.path, functions["launcher"] or ""), installed
         if knobs is None and functions["launcher"] is not None:
             notices = [
                 Problem(
                     file=directory / module,
                     field="knobs",
-                    reason=f"the launcher {functions['launcher']} is not defined in {module}: "
-                    "no knobs discovered there; declare knobs to tune it",
+                    reason=f"the launcher {functions['launcher']} is not defined in {module} "
+                    "nor in an installed module found on the import path: no knobs "
+                    "discovered; declare knobs to tune it",
                 )
             ]
-        return dict(knobs or {}), {}, notices
+        return dict(knobs or {}), {}, notices, None
     if call is not None and not call.outputs and returns_nothing(launcher):
         out.add(
             "outputs",
@@ -286,7 +297,9 @@ def _check_module(
             "(parameter names or positions), else return the outputs",
         )
     if knobs is None and launcher.name != (functions["launcher"] or "").split(".")[-1]:
-        knobs = {}  # a method or forward: discovery reads top-level launchers only
+        # a method, Function.apply or forward: its own module's copy, by qualified name
+        found = discover_source(source, functions["launcher"] or "", module, sources=extra)
+        return *_injected_only(found, directory / module, functions["launcher"] or ""), None
     if knobs is None:
         found = discover_knobs(outline, launcher, module, source=source, sources=extra)
         knobs, injected = found.knobs, found.baseline
@@ -295,7 +308,24 @@ def _check_module(
             for n in found.notices
         ]
     params = {k: v for k, v in knobs.items() if k not in injected}
-    return dict(knobs), {**launcher_defaults(launcher, params, module, out), **injected}, notices
+    baseline = {**launcher_defaults(launcher, params, module, out), **injected}
+    return dict(knobs), baseline, notices, None
+
+
+def _injected_only(
+    found: Discovery | None, file: Path, launcher: str
+) -> tuple[dict[str, tuple[KnobValue, ...]], dict[str, KnobValue], list[Problem]]:
+    """The knobs discovery writes into the copy (a method's or ``apply``'s parameters cannot
+    be passed as keyword knobs), their baselines and the notices of discovery."""
+    if found is None:
+        reason = f"the launcher {launcher} is not found in {file.name}: no knobs discovered"
+        return {}, {}, [Problem(file=file, field="knobs", reason=reason)]
+    knobs = {k: v for k, v in found.knobs.items() if k in found.sites}
+    notices = [
+        Problem(file=file, field="knobs", reason=f"line {n.line}: {n.reason}")
+        for n in found.notices
+    ]
+    return knobs, {k: v for k, v in found.baseline.items() if k in knobs}, notices
 
 
 def _load(path: Path) -> tuple[KernelSpec | None, list[Problem]]:
@@ -355,12 +385,13 @@ def _load(path: Path) -> tuple[KernelSpec | None, list[Problem]]:
     declared = doc.get("knobs") is not None
     notices: list[Problem] = []
     baseline: dict[str, KnobValue] = {}
+    installed: InstalledLauncher | None = None
     if source is not None and reference_only:
         _check_reference_module(source, directory, module, functions, out)
         knobs, declared = {}, True
     elif source is not None:
         extra = {r: t for r, t in texts.items() if r != module and t is not None}
-        knobs, baseline, notices = _check_module(
+        knobs, baseline, notices, installed = _check_module(
             source,
             directory,
             module,
@@ -378,6 +409,11 @@ def _load(path: Path) -> tuple[KernelSpec | None, list[Problem]]:
     assert sources is not None and source is not None and dtypes is not None
     launcher_name, inputs_name = functions["launcher"], functions["inputs"]
     assert launcher_name is not None and inputs_name is not None
+    files: dict[str, bytes] = {KERNEL_YAML: raw, **sources}
+    entry_source = ""
+    if installed is not None:  # the installed module is what runs: its copy is the candidate
+        files[f"<installed>/{installed.module}"] = installed.source.encode()
+        entry_source, source, launcher_name = source, installed.source, installed.qualname
     spec = KernelSpec(
         name=name,
         directory=directory.absolute(),
@@ -394,7 +430,7 @@ def _load(path: Path) -> tuple[KernelSpec | None, list[Problem]]:
         weight=weight,
         roofline=roofline,
         module_source=source,
-        generation=_generation({KERNEL_YAML: raw, **sources}),
+        generation=_generation(files),
         extra_files={r: t for r, t in texts.items() if r != module and t is not None},
         notices=tuple(notices),
         kind="reference" if reference_only else "triton",
@@ -402,6 +438,9 @@ def _load(path: Path) -> tuple[KernelSpec | None, list[Problem]]:
         backward=call.backward,
         init=call.init,
         grad_outputs=call.grad_outputs,
+        installed_module=installed.module if installed is not None else "",
+        package=package_of(installed.module) if installed is not None else "",
+        entry_source=entry_source,
     )
     return spec, []
 

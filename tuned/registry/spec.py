@@ -133,6 +133,13 @@ class KernelSpec:
     backward: tuple[int | str, ...] = ()
     init: Mapping[str, KnobValue] = field(default_factory=dict)
     grad_outputs: str | None = None
+    #: A launcher imported from an installed package (tuned.registry.installed): the dotted
+    #: name of the module it is defined in and that module's package. ``module_source`` is
+    #: then that module's source (what candidates copy), ``launcher`` its qualified name
+    #: there, and ``entry_source`` the entry's own module (inputs, reference, eager).
+    installed_module: str = ""
+    package: str = ""
+    entry_source: str = ""
 
     def call_payload(self) -> dict[str, object]:
         """The call fields as the worker reads them (``tuned.evaluation.invoke.CallFields``)."""

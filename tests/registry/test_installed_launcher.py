@@ -1,0 +1,165 @@
+"""Launchers of an installed package: knobs found in, and tuned in a copy of, that module.
+
+An entry that imports ``LigerSoftmaxFunction`` from the installed liger-kernel and names
+``LigerSoftmaxFunction.apply`` gets the knobs bound in ``liger_kernel/ops/softmax.py``
+(``BLOCK_SIZE, num_warps = calculate_settings(n)``); candidates are generated copies of that
+module, imported inside ``liger_kernel.ops`` so its imports resolve; the installed file and
+the entry's files are never written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.test_cli import ktuned
+from tuned.evaluation.worker import ModuleLoader
+from tuned.outcomes import Outcome, Provenance
+from tuned.registry import load_entry
+from tuned.registry.installed import absolute_path, find_installed
+from tuned.store.sqlite import SqliteStore
+
+LIGER = Path(__file__).resolve().parents[2] / "examples" / "liger"
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_launcher_names_map_through_the_entrys_imports() -> None:
+    import ast
+
+    tree = ast.parse(
+        "from pkg.mod import Fn as F\nimport pkg.other as o\nimport pkg\nfrom . import rel\n"
+    )
+    assert absolute_path(tree, "F.apply") == "pkg.mod.Fn.apply"
+    assert absolute_path(tree, "o.launch") == "pkg.other.launch"
+    assert absolute_path(tree, "pkg.deep.f") == "pkg.deep.f"
+    assert absolute_path(tree, "rel.f") is None  # relative: the entry's own files
+    rebound = ast.parse("from pkg.mod import Fn\nclass Fn: pass\n")
+    assert absolute_path(rebound, "Fn.apply") is None
+
+
+def _fake_package(root: Path, block: int) -> Path:
+    """An installed-looking package whose launcher imports a helper relatively."""
+    pkg = root / "fakeops"
+    pkg.mkdir(exist_ok=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "helpers.py").write_text("def settings(n):\n    return 64, 4\n")
+    (pkg / "kern.py").write_text(
+        textwrap.dedent(f"""\
+            import triton
+            import triton.language as tl
+            from .helpers import settings
+
+            @triton.jit
+            def _copy(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+                offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+                tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+            class Copy:
+                @staticmethod
+                def launch(x):
+                    y = x.new_empty(x.shape)
+                    BLOCK, num_warps = settings(x.numel())
+                    BLOCK = {block}
+                    _copy[(triton.cdiv(x.numel(), BLOCK),)](x, y, x.numel(), BLOCK=BLOCK,
+                                                           num_warps=num_warps)
+                    return y
+            """)
+    )
+    return pkg / "kern.py"
+
+
+def _fake_entry(root: Path) -> Path:
+    entry = root / "entry"
+    entry.mkdir(exist_ok=True)
+    (entry / "kernel.yaml").write_text(
+        "name: fake-copy\nmodule: copy_entry.py\nlauncher: K.launch\ninputs: make_inputs\n"
+        "shapes:\n  - {N: 100, perf: true}\ndtypes: [float32]\n"
+    )
+    (entry / "copy_entry.py").write_text(
+        "import torch\nfrom fakeops.kern import Copy as K\n\n"
+        "def make_inputs(shape, dtype, device, seed):\n"
+        "    g = torch.Generator().manual_seed(seed)\n"
+        "    return (torch.randn(shape['N'], generator=g).to(dtype),)\n"
+    )
+    return entry
+
+
+def test_an_installed_module_is_read_and_its_source_is_in_the_generation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    installed = _fake_package(site, 128)
+    monkeypatch.syspath_prepend(str(site))
+    entry = _fake_entry(tmp_path)
+    found = find_installed((entry / "copy_entry.py").read_text(), "K.launch")
+    assert found is not None and (found.module, found.qualname) == ("fakeops.kern", "Copy.launch")
+
+    spec = load_entry(entry)
+    assert "fakeops" not in sys.modules  # read, never imported by the loader
+    assert spec.installed_module == "fakeops.kern" and spec.package == "fakeops"
+    assert spec.launcher == "Copy.launch" and spec.module_source == installed.read_text()
+    assert "make_inputs" in spec.entry_source
+    assert spec.knobs and set(spec.knobs) <= set(spec.baseline_knobs)
+    # a package upgrade (the installed file changes) is a new generation
+    _fake_package(site, 256)
+    assert load_entry(entry).generation != spec.generation
+
+    # the copy imports inside the package: its relative import resolves, the file is untouched
+    before = _sha(installed)
+    loader = ModuleLoader(tmp_path / "modules")
+    copy = loader.load(spec.module_source, directory_key="k", extra_files={}, package="fakeops")
+    assert copy.__name__.startswith("fakeops.ktuned_candidate_")
+    assert copy.settings(10) == (64, 4) and hasattr(copy, "Copy")
+    assert _sha(installed) == before
+
+
+@pytest.mark.slow
+def test_a_liger_entry_tunes_copies_of_the_installed_module(tmp_path: Path) -> None:
+    """Liger's softmax (runs in the interpreter in float32): a non-empty space, and a tune
+    through the real worker evaluates non-original candidates as ok; the installed module
+    and the entry's files are unchanged."""
+    pytest.importorskip("liger_kernel")
+    import liger_kernel.ops.softmax as installed_softmax
+
+    installed = Path(installed_softmax.__file__)
+    entry = tmp_path / "softmax"
+    shutil.copytree(LIGER / "softmax", entry)
+    yaml = (entry / "kernel.yaml").read_text()
+    yaml = yaml.split("shapes:")[0] + "shapes:\n  - {M: 4, N: 64, perf: true}\ndtypes: [float32]\n"
+    (entry / "kernel.yaml").write_text(yaml)
+    files = {p.name: _sha(p) for p in entry.iterdir() if p.is_file()}
+    before = _sha(installed)
+
+    spec = load_entry(entry)
+    assert spec.installed_module == "liger_kernel.ops.softmax"
+    assert {"BLOCK_SIZE", "num_warps"} <= set(spec.knobs), spec.knobs
+    assert spec.space_size() > 1
+
+    state = tmp_path / "state"
+    run = ktuned("tune", entry, "--budget", "4", "--device", "interpreter", state=state)
+    assert run.returncode == 0, run.stderr
+    store = SqliteStore(state / "ktuned.sqlite")
+    try:
+        k = store.kernel(spec.name)
+        best = store.best(spec.name)
+        assert k is not None and best is not None
+        trials = store.trials(spec.name, k.generation, best.fingerprint)
+    finally:
+        store.close()
+    original = [t for t in trials if t.provenance is Provenance.ORIGINAL]
+    others = [t for t in trials if t.provenance is not Provenance.ORIGINAL]
+    assert original and original[0].result.outcome is Outcome.OK, original
+    ok = [t for t in others if t.result.outcome is Outcome.OK]
+    assert ok, [(t.knobs, t.result.outcome, t.result.reason) for t in others]
+    assert any(t.knobs != spec.baseline_knobs for t in ok)
+    assert _sha(installed) == before
+    assert {p.name: _sha(p) for p in entry.iterdir() if p.is_file()} == files
