@@ -276,7 +276,9 @@ def _check_module(
             installed = find_installed(source, functions["launcher"], local)
         if installed is not None:  # the copy tuned is the installed module's (installed.py)
             found = discover_source(installed.source, installed.qualname, installed.module)
-            return *_injected_only(found, installed.path, functions["launcher"] or ""), installed
+            space, base, notices = _injected_only(found, installed.path, functions["launcher"])
+            # nothing to write into a copy: the entry runs the installed module itself
+            return space, base, notices, installed if space else None
         if knobs is None and functions["launcher"] is not None:
             notices = [
                 Problem(
@@ -313,7 +315,7 @@ def _check_module(
 
 
 def _injected_only(
-    found: Discovery | None, file: Path, launcher: str
+    found: Discovery | None, file: Path, launcher: str | None
 ) -> tuple[dict[str, tuple[KnobValue, ...]], dict[str, KnobValue], list[Problem]]:
     """The knobs discovery writes into the copy (a method's or ``apply``'s parameters cannot
     be passed as keyword knobs), their baselines and the notices of discovery."""

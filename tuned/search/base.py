@@ -118,6 +118,7 @@ class CampaignBase:
         self.needs_llm = ""
         self._policy: Policy | None = None
         self._seed: Candidate | None = None  # a reference entry's first correct LLM module
+        self._retired: set[str] = set()  # notes of retired knobs already logged
         self._marked_needs_llm = False
 
     def _trials(self) -> list[TrialRow]:
@@ -141,7 +142,7 @@ class CampaignBase:
         """The knob space: the entry's, or for a reference entry its seed's discovered knobs
         (none before a seed, or when discovery finds none: LLM arms only)."""
         if not self.spec.reference_only:
-            return self.spec.knobs
+            return self._unretired(trials)
         seed = self._seed_of(trials)
         if seed is None:
             return {}
@@ -188,11 +189,34 @@ class CampaignBase:
             return self.store.candidate(cid, self.spec.generation)
         return self._baseline_candidate()
 
-    def _space(self) -> SearchSpace:
+    def _unretired(
+        self, trials: Sequence[TrialRow] | None = None
+    ) -> Mapping[str, tuple[KnobValue, ...]]:
+        """The entry's space, a discovered knob that fails correctness on most of the values
+        tried pinned to its baseline (:func:`tuned.registry.retirement.retired_knobs`, logged
+        once). Declared knobs are the user's word: never retired."""
+        if self.spec.knobs_declared or not self.spec.knobs:
+            return self.spec.knobs
+        from tuned.registry.retirement import retired_knobs
+
+        rows = self._trials() if trials is None else trials
+        moves = [
+            (t.knobs, t.result.outcome.value)
+            for t in rows
+            if t.provenance is Provenance.PARAMETRIC  # knob moves of the original's code
+        ]
+        space, notes = retired_knobs(self.spec.knobs, self.spec.baseline_knobs, moves)
+        for note in notes:
+            if note not in self._retired:
+                self._retired.add(note)
+                log.info("%s: %s", self.spec.name, note)
+        return space
+
+    def _space(self, trials: Sequence[TrialRow] | None = None) -> SearchSpace:
         """The knob space; an evaluator that knows which configurations exist (a replay of a
         recorded cache: ``admits``) restricts it, so no evaluation is spent outside it."""
         admits = getattr(self.client, "admits", None)
-        return SearchSpace(knobs=self._knobs(), is_valid=admits if callable(admits) else None)
+        return SearchSpace(knobs=self._knobs(trials), is_valid=admits if callable(admits) else None)
 
     def _load_policy(self) -> Policy:
         state = self.store.policy_state(

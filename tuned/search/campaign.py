@@ -85,7 +85,7 @@ class Campaign(SpeculatingCampaign):
             return taken
         pending = self._claimed_elsewhere()
         rng = np.random.default_rng([self.settings.seed, len(trials)])
-        space = self._space()
+        space = self._space(trials)
         known = self.hardware.metrics(self.spec) if self.hardware is not None else {}
         if known and isinstance(self._policy, HierarchicalPolicy):
             self._policy.update_metrics(known)  # profiles taken since the trials were read
@@ -186,7 +186,7 @@ class Campaign(SpeculatingCampaign):
             self._policy.update_metrics(known)
         policy_trials = [as_policy_trial(t, known.get(t.candidate_id)) for t in trials]
         self._offer_llm_arms(trials=trials, known=known)
-        space = self._space()
+        space = self._space(trials)
         out = self._taken_over(size)  # fleet mode: work a dead process left goes first
         elsewhere = self._claimed_elsewhere()
         batch = propose_batch(
