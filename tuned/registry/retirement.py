@@ -12,9 +12,9 @@ and runtime errors say nothing about the math (a tile too large for shared memor
 are not counted. A knob is retired once at least :data:`MIN_VALUES` of its non-baseline values
 have a verdict and more of them fail than pass.
 
-This is a pure function of the trials: the tuner (``tuned/search`` after the campaign split)
-calls it between evaluations and proposes from the returned space; it is not wired into the
-campaign yet.
+This is a pure function of the trials: the campaign (``tuned/search/base.py``, discovered
+knobs only) calls it on the knob moves of the original's code and proposes from the returned
+space.
 """
 
 from __future__ import annotations
