@@ -237,6 +237,12 @@ def test_a_damaged_store_is_a_clear_error_and_stays_untouched(
     assert f"ktuned: error: the store {db} is damaged" in run.err
     assert "move it aside" in run.err and "backup" in run.err
     assert db.read_bytes() == bytes(damaged)  # nothing was written into it
+    if case == "header":  # every command that reads the file says the same
+        for args in (["budget"], ["best", "add"], ["report", "--out", tmp_path / "r"]):
+            again = ktuned(*args, "--state-dir", state)
+            assert again.rc == 1 and f"the store {db} is damaged" in again.err, again.err
+            no_traceback(again)
+        assert db.read_bytes() == bytes(damaged)
 
 
 def test_a_state_dir_that_is_a_file_exits_2(tmp_path: Path) -> None:

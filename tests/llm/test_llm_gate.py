@@ -273,6 +273,8 @@ REALISTIC = textwrap.dedent(
 
     LOG2E: float = 1.4426950408889634
     MAX_FUSED = 65536
+    DEFAULT_BLOCK = 1024
+    WIDE_BLOCK = DEFAULT_BLOCK * 4
     VEC = tl.constexpr(4)
 
 
@@ -282,8 +284,9 @@ REALISTIC = textwrap.dedent(
 
     @triton.autotune(
         configs=[
-            triton.Config({"BLOCK_SIZE": 1024}, num_warps=4, num_stages=2),
-            triton.Config({"BLOCK_SIZE": 2 ** 12}, num_warps=8),
+            triton.Config({"BLOCK_SIZE": DEFAULT_BLOCK}, num_warps=4, num_stages=2),
+            triton.Config({"BLOCK_SIZE": WIDE_BLOCK}, num_warps=8),
+            triton.Config({"BLOCK_SIZE": 2 ** 13}, num_warps=16),
         ],
         key=["N"],
         prune_configs_by={"early_config_prune": _prune},
@@ -304,7 +307,7 @@ REALISTIC = textwrap.dedent(
         tl.store(out_ptr + row * stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-    def softmax(x: torch.Tensor, BLOCK_SIZE: int = 1024, num_warps: int = 4,
+    def softmax(x: torch.Tensor, BLOCK_SIZE: int = DEFAULT_BLOCK, num_warps: int = 4,
                 num_stages: int = 3) -> torch.Tensor:
         assert x.dim() == 2 and x.is_contiguous(), "expects a contiguous matrix"
         M, N = x.shape

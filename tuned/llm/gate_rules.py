@@ -318,21 +318,24 @@ class _NotLiteral(Exception):
     pass
 
 
-def _literal(node: ast.AST, aliases: dict[str, str]) -> object:
-    """The value of a bounded literal expression; raises :class:`_NotLiteral`."""
+def _literal(node: ast.AST, aliases: dict[str, str], consts: dict[str, object]) -> object:
+    """The value of a bounded literal expression (``consts``: the module's literal
+    constants, which it may name); raises :class:`_NotLiteral`."""
+    if isinstance(node, ast.Name) and node.id in consts:
+        return consts[node.id]
     if isinstance(node, ast.Constant):
         if isinstance(node.value, (str, bytes)) and len(node.value) > _MAX_STR:
             raise _NotLiteral
         return node.value
     if isinstance(node, (ast.Tuple, ast.List)):
-        return tuple(_literal(e, aliases) for e in node.elts)
+        return tuple(_literal(e, aliases, consts) for e in node.elts)
     if isinstance(node, ast.Attribute):
         path = resolve(node, aliases)
         if path is not None and path_kind(path) == "value":
             return path
         raise _NotLiteral
     if isinstance(node, ast.UnaryOp):
-        value = _literal(node.operand, aliases)
+        value = _literal(node.operand, aliases, consts)
         if not isinstance(value, (int, float)):
             raise _NotLiteral
         if isinstance(node.op, ast.USub):
@@ -343,7 +346,9 @@ def _literal(node: ast.AST, aliases: dict[str, str]) -> object:
             return ~value
         raise _NotLiteral
     if isinstance(node, ast.BinOp):
-        return _arith(node.op, _literal(node.left, aliases), _literal(node.right, aliases))
+        return _arith(
+            node.op, _literal(node.left, aliases, consts), _literal(node.right, aliases, consts)
+        )
     raise _NotLiteral
 
 
@@ -388,15 +393,40 @@ def _arith(op: ast.operator, a: object, b: object) -> object:
     return value
 
 
-def is_literal(node: ast.AST, aliases: dict[str, str]) -> bool:
+def is_literal(
+    node: ast.AST, aliases: dict[str, str], consts: dict[str, object] | None = None
+) -> bool:
     try:
-        _literal(node, aliases)
+        _literal(node, aliases, consts or {})
     except (_NotLiteral, RecursionError):
         return False
     return True
 
 
+def _constants(tree: ast.Module, aliases: dict[str, str]) -> dict[str, object]:
+    """The module's literal constants (``BLOCK = 128``, ``HALF = BLOCK // 2``), in order."""
+    consts: dict[str, object] = {}
+    for node in tree.body:
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets = [node.target]
+        if not targets or not all(isinstance(t, ast.Name) for t in targets):
+            continue
+        assert isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None
+        try:
+            value = _literal(node.value, aliases, consts)
+        except (_NotLiteral, RecursionError):
+            continue
+        for target in targets:
+            assert isinstance(target, ast.Name)
+            consts[target.id] = value
+    return consts
+
+
 def _module_state(tree: ast.Module, aliases: dict[str, str]) -> GateRejection | None:
+    consts = _constants(tree, aliases)
     for i, node in enumerate(tree.body):
         if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef)):
             continue
@@ -407,7 +437,9 @@ def _module_state(tree: ast.Module, aliases: dict[str, str]) -> GateRejection | 
             isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets)
         ) or (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
             value = node.value
-        if value is not None and (is_literal(value, aliases) or _constexpr(value, aliases)):
+        if value is not None and (
+            is_literal(value, aliases, consts) or _constexpr(value, aliases, consts)
+        ):
             continue
         return _reject(
             "module_state",
@@ -418,22 +450,23 @@ def _module_state(tree: ast.Module, aliases: dict[str, str]) -> GateRejection | 
     return None
 
 
-def _constexpr(node: ast.expr, aliases: dict[str, str]) -> bool:
+def _constexpr(node: ast.expr, aliases: dict[str, str], consts: dict[str, object]) -> bool:
     """``tl.constexpr(<literal>)``."""
     return (
         isinstance(node, ast.Call)
         and resolve(node.func, aliases) == "triton.language.constexpr"
         and not node.keywords
-        and all(is_literal(a, aliases) for a in node.args)
+        and all(is_literal(a, aliases, consts) for a in node.args)
     )
 
 
 def _defaults(tree: ast.Module, aliases: dict[str, str]) -> GateRejection | None:
+    consts = _constants(tree, aliases)
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.Lambda)):
             args = node.args
             for default in [*args.defaults, *(d for d in args.kw_defaults if d is not None)]:
-                if not is_literal(default, aliases):
+                if not is_literal(default, aliases, consts):
                     return _reject(
                         "default",
                         default,
@@ -443,28 +476,34 @@ def _defaults(tree: ast.Module, aliases: dict[str, str]) -> GateRejection | None
     return None
 
 
-def _static(node: ast.expr, aliases: dict[str, str], functions: set[str]) -> bool:
+def _static(
+    node: ast.expr, aliases: dict[str, str], functions: set[str], consts: dict[str, object]
+) -> bool:
     """A decorator argument: evaluated at import, so literals and data only."""
     if isinstance(node, ast.Lambda):
         return True  # its body runs at launch, under every other rule
     if isinstance(node, ast.Name):
-        return node.id in functions
+        return node.id in functions or node.id in consts
     if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
-        return all(_static(e, aliases, functions) for e in node.elts)
+        return all(_static(e, aliases, functions, consts) for e in node.elts)
     if isinstance(node, ast.Dict):
         return all(
-            k is not None and _static(k, aliases, functions) and _static(v, aliases, functions)
+            k is not None
+            and _static(k, aliases, functions, consts)
+            and _static(v, aliases, functions, consts)
             for k, v in zip(node.keys, node.values)
         )
     if isinstance(node, ast.Call):
         return resolve(node.func, aliases) == "triton.Config" and all(
-            _static(a, aliases, functions) for a in [*node.args, *(k.value for k in node.keywords)]
+            _static(a, aliases, functions, consts)
+            for a in [*node.args, *(k.value for k in node.keywords)]
         )
-    return is_literal(node, aliases)
+    return is_literal(node, aliases, consts)
 
 
 def _decorators(tree: ast.Module, aliases: dict[str, str]) -> GateRejection | None:
     functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    consts = _constants(tree, aliases)
     allowed = {f"triton.{d}" for d in TRITON_DECORATORS}
     for node in ast.walk(tree):
         if not isinstance(node, ast.FunctionDef):
@@ -481,7 +520,7 @@ def _decorators(tree: ast.Module, aliases: dict[str, str]) -> GateRejection | No
                 )
             if call is not None:
                 for arg in [*call.args, *(k.value for k in call.keywords)]:
-                    if not _static(arg, aliases, functions):
+                    if not _static(arg, aliases, functions, consts):
                         return _reject(
                             "decorator",
                             arg,

@@ -10,6 +10,7 @@ hooks below. Statements use ``?`` placeholders; the engine rewrites them
 from __future__ import annotations
 
 import functools
+import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, ClassVar, Protocol, TypeVar, cast
@@ -17,7 +18,7 @@ from typing import Any, ClassVar, Protocol, TypeVar, cast
 from tuned.errors import StoreError
 from tuned.store.dialect import Dialect
 
-__all__ = ["Row", "SqlCore", "Tx", "damaged_store_error", "reads_stored"]
+__all__ = ["Row", "SqlCore", "Tx", "damaged_store_error", "is_damage", "reads_stored"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -82,6 +83,19 @@ def chunks(values: Sequence[str], size: int = 400) -> Iterator[Sequence[str]]:
     """``values`` in slices short enough for SQLite's host-parameter limit."""
     for i in range(0, len(values), size):
         yield values[i : i + size]
+
+
+#: SQLite's words for a file whose bytes are not a sound database.
+_DAMAGE = ("malformed", "not a database", "could not decode", "disk image", "corrupt")
+
+
+def is_damage(exc: BaseException) -> bool:
+    """Whether ``exc`` says a SQLite file's bytes are damaged (not: locked, full, ...)."""
+    if isinstance(exc, UnicodeDecodeError):
+        return True  # text that is not UTF-8 where ktuned only writes UTF-8
+    return isinstance(exc, sqlite3.DatabaseError) and any(
+        word in str(exc).lower() for word in _DAMAGE
+    )
 
 
 def damaged_store_error(location: str, exc: BaseException) -> StoreError:

@@ -16,25 +16,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from tuned.errors import BadInputError, StoreError
-from tuned.store._core import Row, damaged_store_error
+from tuned.store._core import Row, damaged_store_error, is_damage
 from tuned.store.api import Store
 from tuned.store.base import CaseTimingRow
 from tuned.store.dialect import SQLITE, Dialect
 from tuned.store.schema import SCHEMA_VERSION, statements
 
-__all__ = ["SCHEMA_VERSION", "CaseTimingRow", "SqliteStore", "is_damage"]
-
-#: SQLite's words for a file whose bytes are not a sound database.
-_DAMAGE = ("malformed", "not a database", "could not decode", "disk image", "corrupt")
-
-
-def is_damage(exc: BaseException) -> bool:
-    """Whether ``exc`` says the database file's bytes are damaged (not: locked, full, ...)."""
-    if isinstance(exc, UnicodeDecodeError):
-        return True  # text that is not UTF-8 where ktuned only writes UTF-8
-    return isinstance(exc, sqlite3.DatabaseError) and any(
-        word in str(exc).lower() for word in _DAMAGE
-    )
+__all__ = ["SCHEMA_VERSION", "CaseTimingRow", "SqliteStore"]
 
 
 class _SqliteTx:
