@@ -5,7 +5,7 @@
 
 For each recorded space (Kernel Tuner cache, ``../shared/benchdata``), worker count and
 seed, W simulated workers tune one replay entry of that space together: each is a thread
-with its own store connection and its own :class:`~tuned.campaign.Campaign` with claims
+with its own store connection and its own :class:`~tuned.search.Campaign` with claims
 (``ClaimSettings``), exactly as W daemons of a fleet would, sharing one SQLite store (on
 ``/dev/shm`` where it exists; the claim protocol is the one PostgreSQL runs, under SQLite's
 write lock). Times are the recorded medians (``noise: none``), so a configuration's time
@@ -44,11 +44,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from policies import DEFAULT_POLICY  # noqa: E402
-from tuned.campaign import Campaign, TuneSettings  # noqa: E402
 from tuned.evaluation.compile_pool import Precompiled  # noqa: E402
 from tuned.evaluation.replay import ReplayClient  # noqa: E402
 from tuned.outcomes import Candidate, EvalResult, Outcome  # noqa: E402
 from tuned.registry import KernelSpec, load_entry  # noqa: E402
+from tuned.search import Campaign, TuneSettings  # noqa: E402
 from tuned.store import ClaimSettings, SqliteStore  # noqa: E402
 
 DEFAULT_SPACES = ROOT.parent / "shared" / "benchdata"

@@ -11,7 +11,7 @@ Three steps; the first two need the GPU, the replay runs anywhere (and in CI on 
     # 3. replay the daemon's loop on the recorded tables
     python bench/masking_replay.py replay --sweeps sweeps --profiles profiles --seeds 20
 
-The replay runs the hierarchical policy exactly as :class:`tuned.campaign.Campaign` does:
+The replay runs the hierarchical policy exactly as :class:`tuned.search.Campaign` does:
 baseline first (the entry's declared knobs), then ``suggest`` -> recorded time -> ``observe``.
 As in the daemon, only the incumbent and each cluster's representative get their (recorded)
 profile, after the step that made them so, and the policy learns about it through

@@ -27,11 +27,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tuned.campaign import Campaign, TuneSettings  # noqa: E402
 from tuned.evaluation.client import GPU_SPARES, EvaluationSettings, WorkerClient  # noqa: E402
 from tuned.evaluation.compile_pool import default_compile_workers  # noqa: E402
 from tuned.pipeline import pipeline_for  # noqa: E402
 from tuned.registry import load_entry  # noqa: E402
+from tuned.search import Campaign, TuneSettings  # noqa: E402
 from tuned.store import SqliteStore  # noqa: E402
 
 

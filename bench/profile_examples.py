@@ -28,10 +28,10 @@ if str(ROOT) not in sys.path:
 
 from profilers.classify import classify, roofline_point  # noqa: E402
 from profilers.ncu import Profile, ProfileStatus  # noqa: E402
-from tuned.daemon.config import ProfilingConfig  # noqa: E402
 from tuned.outcomes import Candidate, Provenance  # noqa: E402
 from tuned.profiling import HardwareFeedback  # noqa: E402
 from tuned.registry import scan_registry  # noqa: E402
+from tuned.settings import ProfilingConfig  # noqa: E402
 from tuned.store.sqlite import SqliteStore  # noqa: E402
 
 

@@ -43,10 +43,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from policies import DEFAULT_POLICY, POLICIES, KnobValue  # noqa: E402
-from tuned.campaign import TuneSettings  # noqa: E402
 from tuned.evaluation import EvaluationSettings  # noqa: E402
 from tuned.outcomes import Outcome  # noqa: E402
 from tuned.registry.replay import read_cache  # noqa: E402
+from tuned.search import TuneSettings  # noqa: E402
 from tuned.store import SqliteStore  # noqa: E402
 from tuned.tuning import tune_registry  # noqa: E402
 

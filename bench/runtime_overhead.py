@@ -56,8 +56,8 @@ def compare(
 
 
 def tune_vector_add(state: Path, interpreter: bool) -> None:
-    from tuned.campaign import TuneSettings
     from tuned.evaluation.client import EvaluationSettings
+    from tuned.search import TuneSettings
     from tuned.store.sqlite import SqliteStore
     from tuned.tuning import tune_registry
 

@@ -7,7 +7,7 @@ On the H100 (``bench/throughput.py`` (c)), consecutive evaluations of the defaul
 through :class:`~tuned.pipeline.CampaignPipeline` are 0.40-0.50 s apart while the worker
 call takes 0.31-0.37 s: the rest is the daemon's main process (proposals, the speculative
 guess, store reads and writes, pipeline bookkeeping). This measures that rest on this
-machine: the real pipeline and :class:`~tuned.campaign.Campaign` with the default policy,
+machine: the real pipeline and :class:`~tuned.search.Campaign` with the default policy,
 a SQLite store in a temporary directory (on disk: every write is a ``synchronous=FULL``
 commit, as in the daemon; ``--shm``: in ``/dev/shm``), a replay of the recorded H100
 matmul space (:class:`~tuned.evaluation.replay.ReplayClient`) standing in for the GPU

@@ -76,7 +76,6 @@ from stack_sampler import StackSampler  # noqa: E402
 
 from profilers.timing import TimingSettings  # noqa: E402
 from tuned.acceptance import speedup_interval  # noqa: E402
-from tuned.campaign import Campaign, TuneSettings  # noqa: E402
 from tuned.evaluation.client import GPU_SPARES, EvaluationSettings, WorkerClient  # noqa: E402
 from tuned.evaluation.compile_pool import (  # noqa: E402
     CompilePool,
@@ -87,6 +86,7 @@ from tuned.outcomes import Candidate, EvalResult, Outcome, Provenance  # noqa: E
 from tuned.pipeline import PipelineSettings, evaluate_ahead, pipeline_for  # noqa: E402
 from tuned.registry import load_entry  # noqa: E402
 from tuned.registry.spec import KernelSpec  # noqa: E402
+from tuned.search import Campaign, TuneSettings  # noqa: E402
 from tuned.store import SqliteStore  # noqa: E402
 
 MATMUL = ROOT / "examples" / "registry" / "matmul"

@@ -13,7 +13,7 @@ replays the same campaign on the CPU, in *simulated* time, many times over:
   example matmul at 4096^3, ``bench/data/matmul4096_H100.json.gz``): each configuration's
   time (the mean of (a)'s and (b)'s, ``noise: none``), its compile failure, and the
   seconds its compile took in the pool (``compile_s``, from (b), 15 processes busy);
-- the real :class:`~tuned.campaign.Campaign` (policy, store, acceptance rule) and the real
+- the real :class:`~tuned.search.Campaign` (policy, store, acceptance rule) and the real
   :class:`~tuned.pipeline.CampaignPipeline` (look-ahead, speculation, the order the GPU
   takes candidates in), driven by a clock that advances only by what the GPU box would
   spend: a compile pool of ``--workers`` processes that runs each job for its recorded
@@ -58,13 +58,13 @@ for path in (ROOT, ROOT / "bench"):
 from fleet_replay import replay_campaign  # noqa: E402
 
 from policies import DEFAULT_POLICY  # noqa: E402
-from tuned.campaign import Campaign  # noqa: E402
 from tuned.evaluation.client import EvaluationSettings  # noqa: E402
 from tuned.evaluation.compile_pool import Precompiled  # noqa: E402
 from tuned.evaluation.replay import ReplayClient  # noqa: E402
 from tuned.outcomes import Candidate, EvalResult, Outcome, Provenance  # noqa: E402
 from tuned.pipeline import CampaignPipeline, PipelineSettings  # noqa: E402
 from tuned.registry import KernelSpec  # noqa: E402
+from tuned.search import Campaign  # noqa: E402
 
 DEFAULT_SPACE = ROOT / "bench" / "data" / "matmul4096_H100.json.gz"
 KNOBS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages")

@@ -26,10 +26,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from profilers.timing import TimingSettings, gpu_median_seconds, wall_median_seconds  # noqa: E402
-from tuned.campaign import CampaignSummary, TuneSettings  # noqa: E402
 from tuned.evaluation.client import EvaluationSettings  # noqa: E402
 from tuned.registry import KernelSpec, scan_registry  # noqa: E402
 from tuned.report import Progress, format_seconds  # noqa: E402
+from tuned.search import CampaignSummary, TuneSettings  # noqa: E402
 from tuned.store.sqlite import SqliteStore  # noqa: E402
 from tuned.tuning import detect_interpreter, tune_registry  # noqa: E402
 

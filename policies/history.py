@@ -49,7 +49,7 @@ class TrialLog:
 
     def __deepcopy__(self, memo: dict[int, object]) -> TrialLog:
         """An independent log of the same history, cheap enough for a policy copied every
-        step (:meth:`tuned.campaign.Campaign.likely_next` asks a copy what comes next):
+        step (:meth:`tuned.search.Campaign.likely_next` asks a copy what comes next):
         its containers are copied; the entries (frozen) and the index (see
         :meth:`SpaceIndex.__deepcopy__`) are shared."""
         copy = TrialLog.__new__(TrialLog)

@@ -4,12 +4,16 @@
 #     ktuned installed into it without downloading anything.
 #   CPU machine: torch==2.13.0 (CPU build) and Triton from PyPI; kernels then run in Triton's
 #     interpreter.
-#   --dev adds the test and lint tools (pytest, ruff, mypy, hypothesis).
+#   --dev adds the test and lint tools (pytest, ruff, mypy, hypothesis) and the fleet store.
+# ktuned is installed with its `daemon` extra (the tuner's and the daemon's dependencies);
+# `pip install ktuned` alone is the runtime's (tuned.runtime.load, docs/runtime.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 DEV=0
 [ "${1:-}" = "--dev" ] && DEV=1
+EXTRAS=daemon
+[ "$DEV" = 1 ] && EXTRAS=daemon,dev,fleet  # fleet: PostgreSQL store tests
 
 "$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)' || {
     echo "setup: ktuned needs Python >= 3.10; set PYTHON=/path/to/python3.10+" >&2; exit 2; }
@@ -34,19 +38,14 @@ if [ "$MODE" = gpu ]; then
     "$PY" -c 'import site; print("\n".join(site.getsitepackages()))' > "$SITE/ktuned-host-site.pth"
     # Everything ktuned needs is already there; install ktuned itself without touching the network.
     .venv/bin/python -m pip install -q --no-deps --no-build-isolation -e .
-    if [ "$DEV" = 1 ]; then
-        .venv/bin/python -m pip install -q -e '.[dev]' \
-            || echo "setup: dev tools could not be installed here (offline?); tests need pytest" >&2
-    fi
+    # Nothing is downloaded when the extras are there already.
+    .venv/bin/python -m pip install -q --no-build-isolation -e ".[$EXTRAS]" \
+        || echo "setup: ktuned[$EXTRAS] could not be installed here (offline?)" >&2
 else
     "$PY" -m venv .venv
     .venv/bin/python -m pip install -q --upgrade pip
     .venv/bin/python -m pip install -q torch==2.13.0
     .venv/bin/python -m pip install -q "triton>=3.6,<4"
-    if [ "$DEV" = 1 ]; then
-        .venv/bin/python -m pip install -q -e '.[dev,fleet]'  # fleet: PostgreSQL store tests
-    else
-        .venv/bin/python -m pip install -q -e .
-    fi
+    .venv/bin/python -m pip install -q -e ".[$EXTRAS]"
 fi
 echo "$WANT" > "$STAMP"

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.conftest import WriteEntry
-from tuned.campaign import Campaign, TuneSettings
 from tuned.evaluation import EvaluationSettings, WorkerClient
 from tuned.outcomes import Candidate, Outcome, Provenance
 from tuned.registry import load_entry
+from tuned.search import Campaign, TuneSettings
 from tuned.store import SqliteStore
 
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import WriteEntry
-from tuned.campaign import Campaign, TuneSettings
 from tuned.evaluation import EvaluationSettings, WorkerClient
 from tuned.outcomes import Outcome, Provenance
 from tuned.pipeline import MultiGpuPipeline, PipelineSettings, pipeline_for
 from tuned.registry import load_entry
+from tuned.search import Campaign, TuneSettings
 from tuned.store import SqliteStore
 
 

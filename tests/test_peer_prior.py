@@ -12,11 +12,11 @@ import math
 from pathlib import Path
 
 from clustering.kernels import cluster_kernels
-from tuned.campaign import Campaign, TuneSettings
 from tuned.evaluation.replay import ReplayClient
 from tuned.outcomes import Provenance
 from tuned.registry import load_entry
 from tuned.registry.spec import KernelSpec
+from tuned.search import Campaign, TuneSettings
 from tuned.store import SqliteStore
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ADD_SOURCE, WriteEntry
-from tuned.campaign import Campaign, TuneSettings
 from tuned.cli import main
 from tuned.daemon.config import ConfigError, parse_config
 from tuned.evaluation import EvaluationSettings, WorkerClient
@@ -21,6 +20,7 @@ from tuned.pipeline import (
     pipeline_for,
 )
 from tuned.registry import load_entry
+from tuned.search import Campaign, TuneSettings
 from tuned.store import SqliteStore
 
 ADVERSARIAL = Path(__file__).resolve().parent / "adversarial"

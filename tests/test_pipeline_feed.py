@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from tuned.campaign import Campaign, TuneSettings
 from tuned.evaluation import EvaluationSettings
 from tuned.evaluation.compile_pool import Precompiled
 from tuned.evaluation.replay import ReplayClient
 from tuned.outcomes import Candidate, EvalResult, Outcome, Provenance
 from tuned.pipeline import CampaignPipeline, PipelineSettings
 from tuned.registry import KernelSpec, load_entry
+from tuned.search import Campaign, TuneSettings
 from tuned.store import SqliteStore
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "convolution_A6000_small.json.gz"

@@ -12,11 +12,11 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 
 from tests.conftest import ADD_YAML, WriteEntry
-from tuned.campaign import Campaign, TuneSettings
 from tuned.metrics.collector import StoreCollector
 from tuned.outcomes import Candidate, EvalResult, Outcome, Provenance
 from tuned.registry import load_entry
 from tuned.registry.spec import KernelSpec
+from tuned.search import Campaign, TuneSettings
 from tuned.store import SqliteStore
 
 PEAK_BYTES = 1e12  # 1 TB/s, the scripted GPU's measured copy bandwidth

@@ -21,7 +21,7 @@ The rule (:func:`decide`):
 
 Where the entry declares a ``roofline`` and the GPU model's peaks are measured, a candidate
 whose time on some timed case implies more than ``roofline_hold`` times the measured peak
-bandwidth or FLOP rate is also held (the campaign checks this, :mod:`tuned.campaign`): it is
+bandwidth or FLOP rate is also held (the campaign checks this, :mod:`tuned.search`): it is
 faster than the hardware allows, so it skips work. The default 1.5 leaves room for kernels
 that beat the peaks' own measurement (a device copy, a large matmul) by using the caches.
 """

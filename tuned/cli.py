@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tuned import __version__
-from tuned.campaign import CampaignSummary, OnResult, TuneSettings
 from tuned.errors import BadInputError, TunedError
 from tuned.evaluation.client import EvaluationSettings
 from tuned.report import Progress, format_seconds, summary_table
+from tuned.search import CampaignSummary, OnResult, TuneSettings
 from tuned.store.api import Store
 from tuned.store.sqlite import SqliteStore
 
@@ -217,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _open_sqlite(args: argparse.Namespace) -> tuple[SqliteStore, Path]:
-    from tuned.tuning import default_state_dir
+    from tuned.paths import default_state_dir
 
     state = args.state_dir or default_state_dir()
     return SqliteStore(state / "ktuned.sqlite"), state
@@ -226,8 +226,8 @@ def _open_sqlite(args: argparse.Namespace) -> tuple[SqliteStore, Path]:
 def _open_store(args: argparse.Namespace) -> tuple[Store, Path]:
     """``--store URL`` when given, else the state directory's SQLite store."""
     if getattr(args, "store", None):
+        from tuned.paths import default_state_dir
         from tuned.store.url import open_store
-        from tuned.tuning import default_state_dir
 
         return open_store(args.store), args.state_dir or default_state_dir()
     return _open_sqlite(args)

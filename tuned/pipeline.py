@@ -57,7 +57,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from policies import Suggestion
-from tuned.campaign import Campaign, CampaignSummary, Prepared
 from tuned.evaluation.client import WorkerClient
 from tuned.evaluation.compile_pool import (
     CompilePool,
@@ -67,6 +66,7 @@ from tuned.evaluation.compile_pool import (
 )
 from tuned.outcomes import Candidate, EvalResult, Outcome
 from tuned.registry.spec import KernelSpec
+from tuned.search import Campaign, CampaignSummary, Prepared
 from tuned.store.base import TrialRow
 
 __all__ = [

@@ -1,6 +1,6 @@
 """Hardware feedback for campaigns: Nsight Compute profiles and roofline fractions, cached.
 
-:class:`HardwareFeedback` is what a :class:`~tuned.campaign.Campaign` asks, after each
+:class:`HardwareFeedback` is what a :class:`~tuned.search.Campaign` asks, after each
 step, to profile the candidates whose profile matters (the incumbent and each cluster's
 representative: the profile that decides a cluster's masks, see :mod:`policies.masks`), and
 to give the policy what is known (``Trial.metrics``: ``sol_sm``, ``sol_dram``, ``sol_l2`` ...).
@@ -30,7 +30,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from profilers.classify import RooflinePoint, roofline_point
 from profilers.ncu import NcuProfiler, NcuSettings, Profile, ProfileStatus, kernel_regex
@@ -38,11 +38,9 @@ from profilers.peaks import PeakMeasurementError, Peaks, measure_in_subprocess
 from tuned.evaluation.client import _kernel_payload, worker_environment
 from tuned.outcomes import Outcome
 from tuned.registry.spec import KernelSpec
+from tuned.settings import ProfilingConfig
 from tuned.store.api import Store
 from tuned.store.base import TrialRow
-
-if TYPE_CHECKING:  # tuned.daemon imports the campaign, which uses this module
-    from tuned.daemon.config import ProfilingConfig
 
 __all__ = ["HardwareFeedback", "case_label", "jit_kernel_names", "merge_metrics"]
 

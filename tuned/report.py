@@ -7,9 +7,9 @@ import time
 from collections.abc import Sequence
 from typing import TextIO
 
-from tuned.campaign import CampaignSummary
 from tuned.outcomes import Candidate, EvalResult
 from tuned.registry.spec import KernelSpec
+from tuned.search import CampaignSummary
 
 __all__ = ["Progress", "format_seconds", "summary_table"]
 

@@ -19,31 +19,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuned.campaign import Campaign, CampaignSummary, OnResult, TuneSettings
 from tuned.errors import BadInputError
 from tuned.evaluation.client import GPU_SPARES, EvaluationSettings, WorkerClient
 from tuned.evaluation.replay import ReplayClient
 from tuned.registry import KernelSpec, Problem, scan_registry
+from tuned.search import Campaign, CampaignSummary, OnResult, TuneSettings
 from tuned.store.api import Store
 from tuned.store.claims import ClaimSettings
 
 __all__ = [
     "TuneReport",
-    "default_state_dir",
     "detect_interpreter",
     "tune_claims",
     "tune_registry",
 ]
 
 log = logging.getLogger(__name__)
-
-
-def default_state_dir() -> Path:
-    """``$KTUNED_STATE_DIR``, else ``$XDG_STATE_HOME/ktuned``, else ``~/.local/state/ktuned``."""
-    if os.environ.get("KTUNED_STATE_DIR"):
-        return Path(os.environ["KTUNED_STATE_DIR"])
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "ktuned"
 
 
 def detect_interpreter(device: str) -> bool:

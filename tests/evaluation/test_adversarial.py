@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ADD_SOURCE, WriteEntry
-from tuned.campaign import Campaign, TuneSettings
 from tuned.evaluation import EvaluationSettings, WorkerClient
 from tuned.outcomes import Candidate, Outcome, Provenance
 from tuned.registry import load_entry
+from tuned.search import Campaign, TuneSettings
 from tuned.store import SqliteStore
 
 CORPUS = sorted((Path(__file__).resolve().parents[1] / "adversarial").glob("*.py"))

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from tuned.campaign import _as_policy_trial
 from tuned.evaluation.guard import compile_facts
 from tuned.evaluation.worker import summarize_compile_facts
 from tuned.outcomes import EvalResult, Outcome, Provenance
+from tuned.search.base import as_policy_trial
 from tuned.store.base import TrialRow
 
 
@@ -62,11 +62,11 @@ def test_the_policy_sees_compile_metadata_and_profile_metrics_together() -> None
         result=result,
         wall_s=1.0,
     )
-    assert _as_policy_trial(row).metrics == {
+    assert as_policy_trial(row).metrics == {
         "registers": 128.0,
         "shared_bytes": 32768.0,
         "num_warps": 4.0,
     }
-    profiled = _as_policy_trial(row, {"sol_dram": 0.8, "registers": 120.0})
+    profiled = as_policy_trial(row, {"sol_dram": 0.8, "registers": 120.0})
     assert profiled.metrics["sol_dram"] == 0.8
     assert profiled.metrics["registers"] == 128.0  # static facts: compile metadata wins

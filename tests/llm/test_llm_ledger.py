@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import sqlite3
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,13 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from tuned.llm.ledger import (
     DAY_S,
@@ -50,13 +57,12 @@ def check_caps(path: Path, caps: BudgetCaps) -> None:
 
 class LedgerMachine(RuleBasedStateMachine):
     """Random reservations, settlements (within the reservation), releases, clock steps,
-    crashes (a ledger dropped with open reservations) and restarts."""
+    crashes (a ledger dropped with open reservations) and restarts. Each example's store is
+    a fresh directory under ``root`` (the test's ``tmp_path``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, root: Path) -> None:
         super().__init__()
-        import tempfile
-
-        self.dir = tempfile.mkdtemp(prefix="ledger-")
+        self.dir = tempfile.mkdtemp(prefix="ledger-", dir=root)
         self.path = Path(self.dir) / "s.sqlite"
         self.now = 1_000_000.0
         self.ledger = self._open()
@@ -142,13 +148,16 @@ class LedgerMachine(RuleBasedStateMachine):
         self.ledger.close()
 
 
-TestLedgerMachine = LedgerMachine.TestCase
-TestLedgerMachine.settings = settings(
-    max_examples=60,
-    stateful_step_count=40,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+def test_ledger_machine(tmp_path: Path) -> None:
+    run_state_machine_as_test(
+        lambda: LedgerMachine(tmp_path),
+        settings=settings(
+            max_examples=60,
+            stateful_step_count=40,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    )
 
 
 def test_refusal_names_the_scope_and_reserves_nothing(tmp_path: Path) -> None:

@@ -18,18 +18,18 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from tests.llm.chat_server import ChatServer, fenced, reply
-from tuned.campaign import Campaign, TuneSettings
 from tuned.cli import main as cli_main
 from tuned.errors import RegistryError
 from tuned.evaluation import EvaluationSettings, WorkerClient
+from tuned.evaluation.reference import baseline_source, choose_impl
 from tuned.llm.gate import check_llm_module
 from tuned.llm.ledger import BudgetCaps
-from tuned.llm.reference import baseline_source, choose_impl
 from tuned.llm.settings import LlmSettings
 from tuned.llm.setup import open_proposer
 from tuned.metrics import StoreCollector
 from tuned.outcomes import Outcome, Provenance
 from tuned.registry import KernelSpec, load_entry
+from tuned.search import Campaign, TuneSettings
 from tuned.store import SqliteStore
 
 #: A deliberately slow reference (a Python loop over elements), so that the interpreted
@@ -295,7 +295,7 @@ def test_the_baseline_record_says_whether_torch_compile_was_used(tmp_path: Path)
     """``torch.compile`` is timed beside eager when enabled; whatever happens on this machine
     (compiled and faster, slower, or unavailable without a C++ compiler), the record says
     which implementation the baseline is and why."""
-    from tuned.llm.reference import measure_reference
+    from tuned.evaluation.reference import measure_reference
 
     vectorized = REF_SOURCE.replace(
         "    out = torch.empty_like(x)\n    for i in range(x.numel()):\n"

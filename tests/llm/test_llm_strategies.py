@@ -16,7 +16,6 @@ from prometheus_client import CollectorRegistry, generate_latest
 from policies import HierarchicalPolicy
 from tests.conftest import ADD_SOURCE, ADD_YAML
 from tests.llm.chat_server import ChatServer, Step, reply
-from tuned.campaign import Campaign, TuneSettings
 from tuned.evaluation import EvaluationSettings, WorkerClient
 from tuned.llm.attempts import AttemptLog
 from tuned.llm.budget import budget_report
@@ -28,6 +27,7 @@ from tuned.llm.setup import open_proposer
 from tuned.metrics import StoreCollector
 from tuned.outcomes import Candidate, Provenance
 from tuned.registry import KernelSpec, load_entry
+from tuned.search import Campaign, TuneSettings
 from tuned.store import SqliteStore
 
 SPLIT = {

@@ -10,10 +10,11 @@ import pytest
 from profilers.classify import Bottleneck, classify
 from profilers.ncu import Profile, ProfileStatus
 from tests.conftest import has_gpu
-from tuned.daemon.config import ProfilingConfig, default_registry
+from tuned.daemon.config import default_registry
 from tuned.outcomes import Candidate, Provenance
 from tuned.profiling import HardwareFeedback
 from tuned.registry import load_entry
+from tuned.settings import ProfilingConfig
 from tuned.store import SqliteStore
 
 pytestmark = pytest.mark.gpu

@@ -13,12 +13,12 @@ from policies.masks import MaskSettings
 from tests.conftest import ADD_YAML, WriteEntry
 from tests.profilers.conftest import MakeNcu
 from tests.profilers.test_ncu_run import REPORT
-from tuned.campaign import Campaign, TuneSettings
-from tuned.daemon.config import ProfilingConfig
 from tuned.evaluation import EvaluationSettings, WorkerClient
 from tuned.outcomes import Provenance
 from tuned.profiling import HardwareFeedback, jit_kernel_names, merge_metrics
 from tuned.registry import load_entry
+from tuned.search import Campaign, TuneSettings
+from tuned.settings import ProfilingConfig
 from tuned.store import SqliteStore
 
 MODEL = "TEST GPU"

@@ -15,10 +15,10 @@ import pytest
 import yaml
 
 from tests.conftest import ADD_SOURCE, WriteEntry
-from tuned.campaign import TuneSettings
 from tuned.evaluation import EvaluationSettings
 from tuned.outcomes import Outcome, Provenance
 from tuned.registry import KernelSpec, load_entry, scan_registry
+from tuned.search import TuneSettings
 from tuned.store import SqliteStore
 from tuned.tuning import tune_registry
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from tests.runtime.rows import EXAMPLES
-from tuned.campaign import TuneSettings
 from tuned.evaluation.client import EvaluationSettings
 from tuned.runtime import current_fingerprint
+from tuned.search import TuneSettings
 from tuned.store.sqlite import SqliteStore
 from tuned.tuning import tune_registry
 

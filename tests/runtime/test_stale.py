@@ -8,14 +8,15 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.runtime.rows import Rows, example
-from tuned.campaign import Campaign, TuneSettings
 from tuned.daemon.config import SchedulerConfig
 from tuned.daemon.scheduler import Scheduler
 from tuned.evaluation.client import EvaluationSettings, WorkerClient
 from tuned.metrics import LiveStatus, StoreCollector
 from tuned.outcomes import EvalResult, Outcome, Provenance
 from tuned.runtime import current_fingerprint, load
-from tuned.runtime.stale import revalidate, stale_bests
+from tuned.runtime.stale import stale_bests
+from tuned.search import Campaign, TuneSettings
+from tuned.search.revalidation import revalidate
 from tuned.store.base import TrialRow
 from tuned.store.sqlite import SqliteStore
 

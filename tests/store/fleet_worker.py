@@ -16,9 +16,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tuned.campaign import Campaign, TuneSettings
 from tuned.evaluation.replay import ReplayClient
 from tuned.registry import load_entry
+from tuned.search import Campaign, TuneSettings
 from tuned.store import ClaimSettings, open_store
 
 

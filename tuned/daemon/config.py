@@ -21,6 +21,8 @@ from policies.masks import MaskSettings
 from tuned.config_checks import Check, boolean, number
 from tuned.errors import BadInputError
 from tuned.llm.settings import LlmSettings, llm_checks
+from tuned.paths import default_state_dir
+from tuned.settings import ProfilingConfig
 from tuned.yaml_files import YamlFileError, load_yaml_file
 
 __all__ = [
@@ -50,8 +52,6 @@ def _default_state_dir() -> Path:
     # systemd's StateDirectory= exports $STATE_DIRECTORY; otherwise the CLI's usual default.
     if os.environ.get("STATE_DIRECTORY"):
         return Path(os.environ["STATE_DIRECTORY"].split(":")[0])
-    from tuned.tuning import default_state_dir
-
     return default_state_dir()
 
 
@@ -118,22 +118,6 @@ class MetricsConfig:
     @property
     def port(self) -> int:
         return int(self.listen.rpartition(":")[2])
-
-
-@dataclass(frozen=True)
-class ProfilingConfig:
-    """Hardware feedback (docs/profiling.md): Nsight Compute profiles of cluster
-    representatives and new bests, which mask saturated strategies, and roofline fractions
-    against the GPU's measured peaks. Off by itself in interpreter mode; a missing ``ncu`` or
-    a permission error turns profiling off with one log line, tuning goes on unmasked."""
-
-    enabled: bool = True
-    ncu: str = "ncu"
-    deadline_s: float = 300.0
-    launch_count: int = 6
-    per_step: int = 1
-    roofline: bool = True
-    thresholds: MaskSettings = field(default_factory=MaskSettings)
 
 
 @dataclass(frozen=True)

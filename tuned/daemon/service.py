@@ -25,7 +25,6 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, ProcessCollector
 
-from tuned.campaign import Campaign, TuneSettings
 from tuned.daemon.config import DaemonConfig, load_config
 from tuned.daemon.gated import GatedWorkerClient, ShutdownRequested
 from tuned.daemon.gpu import GpuMonitor, open_monitor
@@ -42,7 +41,9 @@ from tuned.metrics import GpuLabels, LiveStatus, MetricsServer, StoreCollector
 from tuned.pipeline import CampaignPipeline, compile_workers_for, pipeline_for
 from tuned.profiling import HardwareFeedback
 from tuned.registry import KernelSpec, format_problems
-from tuned.runtime.stale import revalidate, stale_bests
+from tuned.runtime.stale import stale_bests
+from tuned.search import Campaign, TuneSettings
+from tuned.search.revalidation import revalidate
 from tuned.store.api import Store
 from tuned.store.base import fingerprint_id
 from tuned.store.claims import ClaimSettings, LeaseRenewer

@@ -21,7 +21,7 @@ environment and the guard around candidate code. A job's phases have the worker'
 group; a dead or killed process is replaced by a fresh one for the next job.
 
 *Speculative* jobs (``submit(..., speculative=True)``: candidates the policy is likely to
-propose soon, :meth:`tuned.campaign.Campaign.likely_next`) use processes nothing else needs:
+propose soon, :meth:`tuned.search.Campaign.likely_next`) use processes nothing else needs:
 a process takes one only when no regular job is queued. When the policy does propose one,
 its regular ``submit`` takes the speculative job over (moved to the front queue if it has
 not started; its result, with no queue or compile time of its own, if it is done), so the

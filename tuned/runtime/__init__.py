@@ -9,12 +9,13 @@ docs/runtime.md.
 
 from __future__ import annotations
 
-from tuned.runtime.loader import RuntimeLoadError, current_fingerprint, load
+from tuned.runtime.loader import NoGpuDriverError, RuntimeLoadError, current_fingerprint, load
 from tuned.runtime.shapes import ShapeSettings
 from tuned.runtime.standalone import Bucket, TamperedSourceError, TunedKernel, Variant
 
 __all__ = [
     "Bucket",
+    "NoGpuDriverError",
     "RuntimeLoadError",
     "ShapeSettings",
     "TamperedSourceError",

@@ -31,6 +31,7 @@ from types import ModuleType
 from typing import Any
 
 from tuned.errors import StoreError, TunedError
+from tuned.paths import resolve_store_path
 from tuned.runtime.plan import Plan, plan_for
 from tuned.runtime.shapes import DEFAULT_SHAPE_SETTINGS, ShapeSettings
 from tuned.runtime.standalone import (
@@ -38,6 +39,7 @@ from tuned.runtime.standalone import (
     TamperedSourceError,
     TunedKernel,
     Variant,
+    fingerprint,
     import_verified,
     parse_label,
     route_model,
@@ -47,14 +49,19 @@ from tuned.runtime.standalone import (
 from tuned.store.api import Store
 from tuned.store.sqlite import SqliteStore
 
-__all__ = ["Fallback", "RuntimeLoadError", "current_fingerprint", "load", "resolve_store_path"]
+__all__ = [
+    "Fallback",
+    "NoGpuDriverError",
+    "RuntimeLoadError",
+    "current_fingerprint",
+    "load",
+    "resolve_store_path",
+]
 
 log = logging.getLogger("tuned.runtime")
 
 #: ``"original"`` (run the original, log once), ``"error"`` (raise), or a callable to run.
 Fallback = str | Callable[..., Any]
-
-STORE_FILE = "ktuned.sqlite"
 
 
 class RuntimeLoadError(TunedError):
@@ -62,22 +69,28 @@ class RuntimeLoadError(TunedError):
     or (with ``fallback="error"``) no validated variant to run."""
 
 
+class NoGpuDriverError(RuntimeLoadError):
+    """No GPU driver and no Triton interpreter: no Triton kernel, the original included, can
+    run in this process."""
+
+
+def require_device() -> None:
+    """Raise :class:`NoGpuDriverError` when Triton kernels cannot run here: no usable CUDA
+    device and ``TRITON_INTERPRET=1`` not set (Triton would fail at the first call)."""
+    if runtime_device() == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise NoGpuDriverError(
+            "no GPU driver: torch.cuda.is_available() is False and TRITON_INTERPRET is not "
+            "1, so no Triton kernel can run in this process; run on a machine with an NVIDIA "
+            "GPU and its driver, or set TRITON_INTERPRET=1 (before importing triton) to run "
+            "the kernels in Triton's interpreter on the CPU"
+        )
+
+
 @functools.lru_cache(maxsize=1)
 def current_fingerprint() -> dict[str, str]:
-    """This process's fingerprint, computed once by the evaluation worker's own function."""
-    from tuned.evaluation.worker import fingerprint
-
+    """This process's fingerprint, computed once (the evaluation worker's function: the copy
+    in :mod:`tuned.runtime.standalone`, which a test keeps equal to it)."""
     return fingerprint(runtime_device())
-
-
-def resolve_store_path(store: str | os.PathLike[str] | None) -> Path:
-    """A state directory (its ``ktuned.sqlite``) or a database file; ``None``: the default
-    state directory (``$KTUNED_STATE_DIR``, else ``$XDG_STATE_HOME/ktuned``, else
-    ``~/.local/state/ktuned``), as every ktuned command uses."""
-    from tuned.tuning import default_state_dir
-
-    path = Path(store) if store is not None else default_state_dir()
-    return path / STORE_FILE if path.is_dir() or path.suffix != ".sqlite" else path
 
 
 def load(
@@ -95,12 +108,15 @@ def load(
     store. ``shape_of``: maps a call's positional arguments to the registry's named dimensions
     (``{"M": ..., "N": ...}``), for kernels whose shapes cannot be learnt from
     ``make_inputs``. Raises :class:`RuntimeLoadError` (a :class:`~tuned.errors.TunedError`)
-    when the kernel or the store is unknown, or the stored original fails its hash check.
+    when the kernel or the store is unknown, or the stored original fails its hash check;
+    :class:`NoGpuDriverError` (one) when this process has neither a GPU driver nor
+    ``TRITON_INTERPRET=1``.
     """
     if not (fallback in ("original", "error") or callable(fallback)):
         raise RuntimeLoadError(
             f"fallback={fallback!r}: use 'original', 'error' or a callable to run instead"
         )
+    require_device()
     if isinstance(store, Store):
         return _load(store, name, fallback, shape_of, settings)
     if isinstance(store, str) and store.startswith(("postgresql://", "postgres://")):

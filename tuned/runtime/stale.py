@@ -8,23 +8,18 @@ simply do not apply (``tuned.runtime.load`` falls back to the original for both)
 fingerprint comparison is :func:`~tuned.runtime.standalone.equivalent`.
 
 Used by the metrics (``ktuned_stale_bests``), ``ktuned status`` and the daemon, which
-re-validates stale bests before anything else (docs/runtime.md).
+re-validates stale bests before anything else (docs/runtime.md) through
+:func:`tuned.search.revalidation.revalidate`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
-from tuned.outcomes import Provenance
 from tuned.runtime.standalone import equivalent, same_device
 from tuned.store.api import Store
-from tuned.store.base import TrialRow
 
-if TYPE_CHECKING:
-    from tuned.campaign import Campaign
-
-__all__ = ["classify_fingerprints", "revalidate", "stale_bests"]
+__all__ = ["classify_fingerprints", "stale_bests"]
 
 
 def classify_fingerprints(
@@ -44,18 +39,3 @@ def stale_bests(store: Store, current: Mapping[str, str]) -> dict[str, list[str]
     """
     fresh, older = classify_fingerprints(store.known_fingerprints(), current)
     return store.stale_bests(fresh, older)
-
-
-def revalidate(campaign: Campaign, candidate_id: str) -> TrialRow | None:
-    """Evaluate a stale best again under the campaign's (current) fingerprint: the usual path
-    (correctness, timing interleaved with the incumbent, the acceptance rule), so it becomes
-    the best again only if it still clears the bar. ``None`` if the candidate is unknown or
-    the campaign has no successful baseline yet (the baseline comes first)."""
-    spec = campaign.spec
-    trials = campaign.store.trials(spec.name, spec.generation, campaign.fingerprint)
-    if not any(t.provenance is Provenance.ORIGINAL and not t.result.outcome.failed for t in trials):
-        return None
-    candidate = campaign.store.candidate(candidate_id, campaign.spec.generation)
-    if candidate is None:
-        return None
-    return campaign.evaluate(candidate)

@@ -5,7 +5,7 @@ an input maker but no Triton module. Its baseline is what a user would run witho
 the reference, eagerly or through ``torch.compile``, whichever is faster here. The
 evaluation worker cannot measure it (it insists that a Triton kernel of the candidate runs),
 so :func:`measure_reference` runs this module as a child process (``python -m
-tuned.llm.reference``) in the worker's scrubbed environment, its own process group and a
+tuned.evaluation.reference``) in the worker's scrubbed environment, its own process group and a
 deadline, on the worker's timed cases (same shapes, dtypes and seeds, same timing rule):
 
 1. the reference runs eagerly on each timed case;
@@ -110,7 +110,7 @@ def measure_reference(
     t0 = time.monotonic()
     with open(workdir / "stderr.log", "wb") as log:
         proc = subprocess.Popen(
-            [python, "-m", "tuned.llm.reference", str(request_path), str(result_path)],
+            [python, "-m", "tuned.evaluation.reference", str(request_path), str(result_path)],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
