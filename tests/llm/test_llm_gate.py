@@ -208,6 +208,9 @@ HOSTILE: dict[str, tuple[tuple[str, str], str]] = {
         (KERNEL_BODY, KERNEL_BODY + "    torch.add(x_ptr, y_ptr)\n"),
         "torch_compute",
     ),
+    "builtin_sum_of_inputs": ((RET, "    return sum((x, y))\n"), "torch_compute"),
+    "builtin_abs_of_input": ((RET, "    return abs(x)\n"), "torch_compute"),
+    "augmented_add_of_input": ((RET, "    out += y\n    return out\n"), "torch_compute"),
     "functional_alias": (
         (TOP, TOP + "import torch.nn.functional as F\n"),
         None,  # importing is fine; the call below is what is refused

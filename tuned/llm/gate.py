@@ -267,8 +267,22 @@ def _torch_compute(
     for node in ast.walk(root):
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
             return GateRejection("torch_compute", f"line {node.lineno} {where}: a @ matmul")
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in _BUILTIN_MATH
+            and _bare_inputs(node.args, inputs)
+        ):
+            return GateRejection(
+                "torch_compute",
+                f"line {node.lineno} {where}: {node.func.id}() of the input tensors",
+            )
         if isinstance(node, (ast.BinOp, ast.AugAssign)):
-            operands = (node.left, node.right) if isinstance(node, ast.BinOp) else (node.target,)
+            operands = (
+                (node.left, node.right)
+                if isinstance(node, ast.BinOp)
+                else (node.target, node.value)
+            )
             for side in operands:
                 if isinstance(side, ast.Name) and side.id in inputs:
                     return GateRejection(
@@ -296,6 +310,25 @@ def _torch_compute(
                 f"line {node.lineno} {where}: computes with the tensor method .{node.func.attr}()",
             )
     return None
+
+
+#: Builtins that compute on tensors given to them (``sum((x, y))`` adds two tensors).
+_BUILTIN_MATH = frozenset({"sum", "abs", "pow", "round", "divmod", "min", "max"})
+
+
+def _bare_inputs(args: list[ast.expr], inputs: set[str]) -> bool:
+    """Whether an input tensor is passed as a value (``x``, ``(x, y)``, ``*[x]``), not only
+    through a method such as ``x.numel()``."""
+    todo = list(args)
+    while todo:
+        arg = todo.pop()
+        if isinstance(arg, ast.Name) and arg.id in inputs:
+            return True
+        if isinstance(arg, (ast.Tuple, ast.List, ast.Set)):
+            todo.extend(arg.elts)
+        elif isinstance(arg, ast.Starred):
+            todo.append(arg.value)
+    return False
 
 
 def _torch_in_kernel(fn: ast.FunctionDef, aliases: dict[str, str]) -> GateRejection | None:
