@@ -149,3 +149,18 @@ def test_deep_nesting_is_a_clear_error_not_a_recursion_error(tmp_path: Path, sty
 def test_python_tags_are_refused(tmp_path: Path) -> None:
     path = write(tmp_path, "x: !!python/object/apply:os.system ['true']\n")
     assert "invalid YAML" in refused(path).problem
+
+
+@pytest.mark.timeout(20)
+def test_a_replay_cache_that_is_a_fifo_is_refused_at_once(tmp_path: Path) -> None:
+    from tuned.errors import RegistryError
+    from tuned.registry import Problem, load_entry
+
+    entry = tmp_path / "toy"
+    entry.mkdir()
+    (entry / "kernel.yaml").write_text("name: toy\nkind: replay\ncache: toy.json\n")
+    os.mkfifo(entry / "toy.json")
+    with pytest.raises(RegistryError) as info:
+        load_entry(entry)
+    problems = [p for p in info.value.problems if isinstance(p, Problem)]
+    assert any(p.field == "cache" and "a FIFO (named pipe)" in p.reason for p in problems), problems
