@@ -30,6 +30,7 @@ __all__ = [
     "SAFE_BUILTINS",
     "TORCH_ALLOWED",
     "TORCH_DTYPES",
+    "TORCH_FORMATS",
     "TRITON_DECORATORS",
     "path_kind",
 ]
@@ -63,7 +64,10 @@ TORCH_DTYPES = frozenset(
     }
 )  # fmt: skip
 
-_TORCH_VALUES = TORCH_DTYPES | {"Tensor", "dtype", "device", "Size", "Generator"}
+#: Memory formats and layouts (``torch.empty_like(x, memory_format=...)``).
+TORCH_FORMATS = frozenset({"contiguous_format", "preserve_format", "channels_last", "strided"})
+
+_TORCH_VALUES = TORCH_DTYPES | TORCH_FORMATS | {"Tensor", "dtype", "device", "Size", "Generator"}
 
 #: Tensor operations a module may call outside its launcher (its reference, its inputs);
 #: the launcher and what it calls are held to :data:`TORCH_ALLOWED` by the gate.

@@ -38,7 +38,13 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from tuned.llm.allowlist import TORCH_ALLOWED, TORCH_DTYPES, TRITON_DECORATORS, path_kind
+from tuned.llm.allowlist import (
+    TORCH_ALLOWED,
+    TORCH_DTYPES,
+    TORCH_FORMATS,
+    TRITON_DECORATORS,
+    path_kind,
+)
 from tuned.llm.gate_rules import GateRejection, import_aliases, resolve, safety_rejection
 from tuned.outcomes import Candidate, EvalResult, Outcome, Provenance
 from tuned.registry.spec import KernelSpec
@@ -71,10 +77,15 @@ TENSOR_COMPUTE = frozenset(
     }
 )  # fmt: skip
 
-_LAUNCHER_TORCH = frozenset(f"torch.{n}" for n in TORCH_ALLOWED | TORCH_DTYPES) | {
-    "torch.Tensor",
-    "torch.dtype",
-}
+#: What the launcher and what it calls may name of torch: allocation and shape helpers,
+#: dtypes, memory formats, and the no-grad contexts (no compute).
+_LAUNCHER_TORCH = frozenset(
+    f"torch.{n}"
+    for n in TORCH_ALLOWED
+    | TORCH_DTYPES
+    | TORCH_FORMATS
+    | {"Tensor", "dtype", "no_grad", "inference_mode"}
+)
 
 
 def launcher_signature(source: str, launcher: str) -> str | None:
