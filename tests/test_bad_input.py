@@ -120,7 +120,7 @@ def test_a_bad_config_file_exits_2_naming_file_and_field(tmp_path: Path, case: s
     no_traceback(run)
     assert run.seconds < 60  # the interpreter's start-up included; a hang fails on timeout
     if case == "alias_bomb":  # 9**9 values would take gigabytes
-        assert run.max_rss_mib < 2048, run.max_rss_mib
+        assert run.max_rss_mib < 512, run.max_rss_mib  # a valid config: about 230 MiB
 
 
 # -- registry entries: ktuned registry check
@@ -168,7 +168,7 @@ def test_registry_check_reports_every_bad_entry_and_keeps_the_good(tmp_path: Pat
     assert f"{huge / 'kernel.yaml'}: field 'shapes[0].N': 1e+30 is larger than any GPU" in out
     assert f"{dup / 'kernel.yaml'}: line " in out and "duplicate key 'name' (first at" in out
     assert f"{registry / 'linked'}: a symlink to {outside}, outside the registry" in out
-    assert run.max_rss_mib < 2048
+    assert run.max_rss_mib < 1024
 
 
 # -- the store: ktuned status on a damaged SQLite file
