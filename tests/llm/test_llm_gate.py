@@ -183,6 +183,10 @@ HOSTILE: dict[str, tuple[tuple[str, str], str]] = {
         top("def _h(v=[i for i in range(10 ** 9)]):\n    return v"),
         "default",
     ),
+    "default_mutable_cache": (top("def _h(v, seen=[]):\n    return seen"), "default"),
+    "top_level_list": (top("_SEEN = [1, 2]"), "module_state"),
+    "kernel_hook": (body("_add.add_pre_run_hook(None)"), "forbidden"),
+    "kernel_cache": (body("c = _add.cache"), "forbidden"),
     "default_huge_power": (top("def _h(v=2 ** 10 ** 9):\n    return v"), "default"),
     "decorator_function": (
         top("def _wrap(f):\n    return f\n@_wrap\ndef _h():\n    return 1"),

@@ -11,7 +11,9 @@ rule              refuses
                   (``from x import y``: ``x.y`` must be allowed); relative and ``*`` imports
 ``forbidden``     ``eval``/``exec``/``getattr``/``open``/``__import__``/``globals``/``vars``...
                   anywhere (even rebound), classes, generators and ``async`` (their frames
-                  reach the globals), ``str.format`` (it reads attributes), ``.tofile`` ...
+                  reach the globals), ``str.format`` (it reads attributes), ``.tofile`` ...,
+                  attributes of the module's functions (``kernel.pre_run_hooks``: state
+                  that outlives a call)
 ``dunder``        any ``__name__``-style attribute, name, binding or string (``__class__``,
                   ``__globals__``, ``__subclasses__``, a module ``__getattr__``, ``"__builtins__"``)
 ``module_attr``   a path through an imported module that is not allowlisted (``torch.sys``,
@@ -27,7 +29,8 @@ rule              refuses
                   ``x.y.z = 1``), or of an item of an imported module's object
 ``module_state``  module-level statements other than imports, functions, a docstring and
                   literal constants; ``global``/``nonlocal``
-``default``       a default argument that is not a literal (or an allowlisted dtype/constant)
+``default``       a default argument that is not an immutable literal (no ``[]`` cache), a
+                  module constant or an allowlisted dtype/constant
 ``decorator``     a decorator other than ``triton.jit``/``autotune``/``heuristics``, or one
                   whose arguments are not literals, ``triton.Config(...)`` of literals,
                   lambdas or the module's own functions
@@ -270,9 +273,20 @@ def _module_paths(tree: ast.Module, aliases: dict[str, str]) -> GateRejection | 
 
 
 def _attributes(tree: ast.Module, aliases: dict[str, str]) -> GateRejection | None:
+    functions = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and node.attr in _FORBIDDEN_ATTRS:
             return _reject("forbidden", node, f"uses the attribute .{node.attr}")
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in functions
+            and isinstance(node.ctx, ast.Load)  # an assignment is a monkey patch
+        ):  # a kernel's hooks and caches (pre_run_hooks, cache ...) would outlive a call
+            return _reject(
+                "forbidden", node, f"reaches into the function object {node.value.id}"
+                f".{node.attr} (launch kernels as kernel[grid](...))",
+            )  # fmt: skip
     for node in ast.walk(tree):
         if not isinstance(node, ast.Attribute) or resolve(node, aliases) is not None:
             continue
@@ -327,7 +341,7 @@ def _literal(node: ast.AST, aliases: dict[str, str], consts: dict[str, object]) 
         if isinstance(node.value, (str, bytes)) and len(node.value) > _MAX_STR:
             raise _NotLiteral
         return node.value
-    if isinstance(node, (ast.Tuple, ast.List)):
+    if isinstance(node, ast.Tuple):  # not a list: a mutable default or constant is a cache
         return tuple(_literal(e, aliases, consts) for e in node.elts)
     if isinstance(node, ast.Attribute):
         path = resolve(node, aliases)
