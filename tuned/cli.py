@@ -10,14 +10,15 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tuned import __version__
 from tuned.errors import BadInputError, TunedError
 from tuned.evaluation.client import EvaluationSettings
+from tuned.registry.spec import KnobValue
 from tuned.report import Progress, format_seconds, summary_table
-from tuned.search import CampaignSummary, OnResult, TuneSettings
+from tuned.search import OnResult, TuneSettings
 from tuned.store.api import Store
 from tuned.store.sqlite import SqliteStore
 
@@ -121,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     status = sub.add_parser("status", help="kernels in the store, their best and their state")
+    status.add_argument("--json", action="store_true", help="print one JSON object")
     state_dir(status)
     store_url(status)
 
@@ -146,7 +148,22 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--check-config",
         action="store_true",
-        help="validate the configuration, print it and exit (0 valid, 2 invalid)",
+        help="validate the configuration (registry.path must exist), print it in force as "
+        "YAML and exit (0 valid, 2 invalid)",
+    )
+
+    deploy = sub.add_parser("deploy", help="the service's files (unit, config, rules, dashboard)")
+    deploy_sub = deploy.add_subparsers(dest="deploy_command", required=True)
+    install = deploy_sub.add_parser(
+        "install",
+        help="write the systemd unit, example config and registry, Prometheus rules, Grafana "
+        "dashboard and docs under a prefix (docs/service.md)",
+    )
+    install.add_argument(
+        "--prefix", type=Path, default=Path("/"), help="root to install under (default: /)"
+    )
+    install.add_argument(
+        "--force", action="store_true", help="replace an existing /etc/ktuned/ktuned.yaml too"
     )
 
     report = sub.add_parser("report", help="PNG plots and an HTML summary of the store")
@@ -172,6 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     budget.add_argument(
         "--config", type=Path, default=None, help="the daemon's YAML configuration (its caps)"
     )
+    budget.add_argument("--json", action="store_true", help="print one JSON object")
     state_dir(budget)
     store_url(budget)
     return parser
@@ -200,6 +218,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _export(args)
         if args.command == "budget":
             return _budget(args)
+        if args.command == "deploy":
+            return _deploy(args)
         return _registry_check(args)
     except BadInputError as exc:
         print(f"ktuned: error: {exc}", file=sys.stderr)
@@ -243,6 +263,7 @@ def _tune(args: argparse.Namespace) -> int:
             f"{args.path} does not exist; give a registry directory, an entry "
             "directory or a kernel.yaml"
         )
+    args.path = _entry_path(args.path)
     fleet = False
     if args.store:
         from tuned.store.url import sqlite_path
@@ -298,29 +319,21 @@ def _tune(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    from tuned.reporting.status import status_json, status_table
+    from tuned.store.overview import kernel_overview
+
     store, _ = _open_store(args)
     try:
-        kernels = store.kernels()
+        kernels = kernel_overview(store)
         invalid = store.invalid_entries()
+        if args.json:
+            print(status_json(store.location, kernels, invalid))
+            return EXIT_OK
         print(f"store: {store.location}")
         if not kernels and not invalid:
             print("no kernels yet: run `ktuned tune REGISTRY_DIR`")
             return EXIT_OK
-        rows = []
-        for k in kernels:
-            best = store.best(k.name)
-            summary = CampaignSummary(kernel=k.name)
-            if best is not None:
-                summary.baseline_s, summary.best_s = best.baseline_time_s, best.time_s
-                for t in store.trials(k.name, k.generation, best.fingerprint):
-                    summary.outcomes[t.result.outcome.value] += 1
-                    summary.evaluations += t.provenance.value != "original"
-                summary.timing_kind = best.timing_kind
-            summary.note = "" if k.state == "active" else f"state {k.state}"
-            if k.state == "needs_llm" and k.reason:
-                summary.note += f" ({k.reason})"
-            rows.append(summary)
-        print(summary_table(rows))
+        print(status_table(kernels))
         from tuned.runtime.notes import status_notes
 
         notes = status_notes(store)
@@ -346,6 +359,7 @@ def _best(args: argparse.Namespace) -> int:
             )
         source = store.source(best.source_hash) or ""
         fp = store.fingerprint(best.fingerprint)
+        diff = _knob_diff(store, best.generation, source, best.knobs)
     finally:
         store.close()
     if args.json:
@@ -363,6 +377,7 @@ def _best(args: argparse.Namespace) -> int:
                     "timing_kind": best.timing_kind,
                     "fingerprint": fp,
                     "source": source,
+                    "diff": diff,
                 },
                 indent=2,
             )
@@ -379,14 +394,42 @@ def _best(args: argparse.Namespace) -> int:
     )
     print(f"# on {fp.get('gpu_model', '?')} ({fp.get('mode', '?')}), triton {fp.get('triton')}")
     print(f"# knobs: {json.dumps(dict(best.knobs))}")
+    if diff:  # knobs discovered in the code run as a generated copy: show what it changes
+        print("# the copy that runs, against the original:\n" + diff, end="")
     print(source, end="" if source.endswith("\n") else "\n")
     return EXIT_OK
+
+
+def _entry_path(path: Path) -> Path:
+    """A registry or entry directory; an entry's ``kernel.yaml`` stands for its directory."""
+    if path.is_file():
+        if path.name != "kernel.yaml":
+            raise BadInputError(
+                f"{path} is a file; give a registry directory, an entry directory or a kernel.yaml"
+            )
+        return path.parent
+    return path
+
+
+def _knob_diff(store: Store, generation: str, source: str, knobs: Mapping[str, KnobValue]) -> str:
+    """The unified diff of the generated copy (injected knobs written in) against the
+    original; "" when the candidate runs its source as it is."""
+    from tuned.registry.injection import InjectionError, materialize, variant_diff
+
+    info = store.generation_info(generation)
+    if info is None:
+        return ""
+    try:
+        variant, _ = materialize(source, str(info[1].get("launcher", "")), knobs)
+    except InjectionError as exc:
+        return f"# (the knobs cannot be written into the source: {exc})\n"
+    return variant_diff(source, variant, "original.py")
 
 
 def _registry_check(args: argparse.Namespace) -> int:
     from tuned.registry import format_problems, scan_registry
 
-    scan = scan_registry(args.path)
+    scan = scan_registry(_entry_path(args.path))
     for spec in scan.entries:
         space = spec.space_size() if spec.knobs else 0
         if spec.replay is not None:
@@ -408,10 +451,15 @@ def _run(args: argparse.Namespace) -> int:
 
     config = load_config(args.config) if args.config else DaemonConfig()
     if args.check_config:
-        print(f"configuration {config.source} is valid:\n{config}")
+        from tuned.daemon.effective import check_paths, config_yaml
+
+        check_paths(config)
+        print(f"# configuration {config.source} is valid; in force (defaults included):")
+        print(config_yaml(config), end="")
         return EXIT_OK
-    if not args.verbose:
-        logging.getLogger().setLevel(config.log_level.upper())
+    from tuned.daemon.journal import configure_logging
+
+    configure_logging(logging.DEBUG if args.verbose else getattr(logging, config.log_level.upper()))
     Daemon(config, config_path=args.config).run()
     return EXIT_OK
 
@@ -442,20 +490,34 @@ def _export(args: argparse.Namespace) -> int:
 
 def _budget(args: argparse.Namespace) -> int:
     from tuned.daemon import DaemonConfig, load_config
-    from tuned.llm.budget import budget_report
+    from tuned.llm.budget import budget_data, budget_report
     from tuned.store.url import default_store_url, sqlite_path
 
     config = load_config(args.config) if args.config else DaemonConfig()
     state = args.state_dir or config.state_dir
     url = args.store or config.store or default_store_url(state)
     local = sqlite_path(url)  # a fleet's PostgreSQL store: its shared ledger, this box's log
-    report = budget_report(
-        local or state / "ktuned-llm.sqlite",
-        config.llm,
-        source=config.source,
-        ledger_url=None if local else url,
+    where = local or state / "ktuned-llm.sqlite"
+    ledger_url = None if local else url
+    if args.json:
+        data = budget_data(where, config.llm, source=config.source, ledger_url=ledger_url)
+        print(json.dumps(data, indent=2))
+        return EXIT_OK
+    print(budget_report(where, config.llm, source=config.source, ledger_url=ledger_url), end="")
+    return EXIT_OK
+
+
+def _deploy(args: argparse.Namespace) -> int:
+    from tuned.deployment import install
+
+    for f in install(args.prefix, force=args.force):
+        print(f"{f.action:<9}{f.path}")
+    config = args.prefix / "etc/ktuned/ktuned.yaml"
+    print(
+        f"next: edit {config} (registry.path: the example registry for now), check it with "
+        f"`ktuned run --config {config} --check-config`, then `systemctl daemon-reload && "
+        "systemctl enable --now ktuned` (docs/service.md)"
     )
-    print(report, end="")
     return EXIT_OK
 
 

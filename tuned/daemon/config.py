@@ -44,8 +44,11 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def default_registry() -> Path:
-    """The example registry shipped with ktuned (``examples/registry`` beside the packages)."""
-    return Path(__file__).resolve().parents[2] / "examples" / "registry"
+    """The example registry shipped with ktuned: ``examples/registry`` beside the packages in
+    a source tree, else the wheel's copy (``tuned/deploy_files/registry``)."""
+    here = Path(__file__).resolve().parents[1]
+    tree = here.parent / "examples" / "registry"
+    return tree if tree.is_dir() else here / "deploy_files" / "registry"
 
 
 def _default_state_dir() -> Path:

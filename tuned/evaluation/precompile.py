@@ -50,6 +50,7 @@ from tuned.evaluation.worker import (
     entry_key,
     import_candidate,
 )
+from tuned.registry.injection import runnable_request
 
 __all__ = ["COMPILE_ERROR_NAMES", "CompileOnlyDriver", "main", "precompile_supported"]
 
@@ -148,6 +149,7 @@ class Precompile:
         compilers: dict[str, _Compiler],
         meta_inputs: dict[tuple[Any, ...], list[Any]],
     ) -> None:
+        request = runnable_request(request)  # injected knobs written into the module
         self.kernel = request["kernel"]
         self.candidate = request["candidate"]
         self.target = request.get("target")

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tuned.evaluation.worker import ModuleLoader, _limit_resources
+from tuned.registry.injection import runnable_request
 
 __all__ = ["main", "run_request"]
 
@@ -33,6 +34,7 @@ def run_request(request: dict[str, Any], modules: Path) -> None:
 
     import torch
 
+    request = runnable_request(request)  # injected knobs written into the module
     kernel, candidate, case = request["kernel"], request["candidate"], request["case"]
     loader = ModuleLoader(modules)
     key = hashlib.sha256(kernel["original_source"].encode()).hexdigest()[:16]

@@ -48,6 +48,7 @@ from tuned.evaluation.checks import (
     unwritten_elements,
 )
 from tuned.evaluation.guard import Guard, TimerSnapshot
+from tuned.registry.injection import runnable_request
 
 # In the interpreter, timing only ranks candidates on this CPU: keep it cheap.
 INTERPRETER_TIMING_SIZE = 1 << 16
@@ -286,6 +287,7 @@ class Evaluation:
         *,
         correctness_only: bool = False,
     ) -> None:
+        request = runnable_request(request)  # injected knobs written into the modules
         self.kernel = request["kernel"]
         self.correctness_only = correctness_only  # a spare's preparation: no benchmark
         self.candidate = request["candidate"]
@@ -414,6 +416,8 @@ class Evaluation:
     def run(self) -> dict[str, Any]:
         import torch
 
+        if self.candidate.get("injection_error"):
+            raise CaseFailure("rejected_static", self.candidate["injection_error"])
         guard = self.guard(poison=None)
         original, module = import_candidate(
             self.loader, self.kernel, self.candidate["source"], guard

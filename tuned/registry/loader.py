@@ -179,6 +179,7 @@ def _check_module(
     functions: Mapping[str, str | None],
     knobs: Mapping[str, tuple[KnobValue, ...]] | None,
     out: Problems,
+    extra: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, tuple[KnobValue, ...]], dict[str, KnobValue], list[Problem]]:
     """Check the named functions against the module's syntax tree.
 
@@ -193,14 +194,16 @@ def _check_module(
     if launcher is None:
         return dict(knobs or {}), {}, []
     notices: list[Problem] = []
+    injected: dict[str, KnobValue] = {}  # discovered knobs written into a generated copy
     if knobs is None:
-        found = discover_knobs(outline, launcher, module)
-        knobs = found.knobs
+        found = discover_knobs(outline, launcher, module, source=source, sources=extra)
+        knobs, injected = found.knobs, found.baseline
         notices = [
             Problem(file=directory / module, field="knobs", reason=f"line {n.line}: {n.reason}")
             for n in found.notices
         ]
-    return dict(knobs), launcher_defaults(launcher, knobs, module, out), notices
+    params = {k: v for k, v in knobs.items() if k not in injected}
+    return dict(knobs), {**launcher_defaults(launcher, params, module, out), **injected}, notices
 
 
 def _load(path: Path) -> tuple[KernelSpec | None, list[Problem]]:
@@ -260,8 +263,9 @@ def _load(path: Path) -> tuple[KernelSpec | None, list[Problem]]:
         _check_reference_module(source, directory, module, functions, out)
         knobs, declared = {}, True
     elif source is not None:
+        extra = {r: t for r, t in texts.items() if r != module and t is not None}
         knobs, baseline, notices = _check_module(
-            source, directory, module, functions, knobs if declared else None, out
+            source, directory, module, functions, knobs if declared else None, out, extra
         )
 
     if out.items:
