@@ -137,7 +137,7 @@ def test_malformed_config_exits_2_naming_the_key(tmp_path: Path) -> None:
         cwd=ROOT,
         timeout=60,
     )
-    assert run.returncode == 2 and "not valid YAML" in run.stderr
+    assert run.returncode == 2 and f"{broken}:2:1: invalid YAML" in run.stderr
     # The example names the registry `ktuned deploy install` writes: here, one that exists.
     example = tmp_path / "example.yaml"
     (tmp_path / "registry").mkdir(exist_ok=True)

@@ -18,6 +18,7 @@ from tuned.llm.ledger import DAY_S, LedgerDb, open_ledger_reader, read_totals
 from tuned.llm.metrics import attempt_counts
 from tuned.llm.proposed import ProposedStrategy, read_strategies
 from tuned.llm.settings import LlmSettings
+from tuned.store._core import damaged_store_error, is_damage
 
 __all__ = ["budget_data", "budget_report"]
 
@@ -52,6 +53,10 @@ def budget_report(
         assert ledger is not None  # a URL always connects (or raises)
         totals = read_totals(ledger, now)
         attempts, strategy_requests, proposed = _local_figures(local)
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+        if is_damage(exc):
+            raise damaged_store_error(str(store_path), exc) from None
+        raise
     finally:
         if local is not None:
             local.close()

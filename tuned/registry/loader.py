@@ -12,14 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import os
-import stat
-from collections.abc import Hashable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import yaml
-from yaml.constructor import ConstructorError
 
 from tuned.errors import BadInputError, RegistryError
 from tuned.registry.discovery import Discovery, discover_knobs, discover_source
@@ -50,6 +45,7 @@ from tuned.registry.validate import (
     check_top_level,
     check_weight,
 )
+from tuned.yaml_files import YamlFileError, decode_utf8, parse_yaml, read_regular_file
 
 __all__ = [
     "DEFAULT_REFERENCE_LAUNCHER",
@@ -88,76 +84,31 @@ class RegistryScan:
         return f"{len(self.entries)} entries ok, {len(self.invalid)} invalid"
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader (what ``yaml.safe_load`` uses) that also rejects duplicate keys.
-
-    YAML requires keys to be unique, but PyYAML silently keeps the last value, so a second
-    ``knobs:`` would quietly replace the first. Explicit keys may still override ``<<`` merges.
-    """
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
-        seen: set[object] = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue
-            key = self.construct_object(key_node, deep=True)
-            if not isinstance(key, Hashable):
-                continue  # the base class reports unhashable keys
-            if key in seen:
-                raise ConstructorError(
-                    None,
-                    None,
-                    f"duplicate key {show(key)}; YAML keys must be unique (a second value "
-                    "would silently replace the first)",
-                    key_node.start_mark,
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
 def _read_bytes(path: Path, cap: int, out: Problems) -> bytes | None:
-    """The bytes of the regular file ``path`` if it is at most ``cap`` bytes, else a problem."""
-    limit = f"{cap >> 20} MiB"
+    """The bytes of the regular file ``path`` if it is at most ``cap`` bytes, else a problem
+    (:func:`tuned.yaml_files.read_regular_file`: a FIFO or device is refused at once)."""
     try:
-        if not stat.S_ISREG(path.stat().st_mode):
-            out.add("", "not a regular file", file=path)
-            return None
-        with path.open("rb") as fh:
-            data = fh.read(cap + 1)
-    except OSError as exc:
-        out.add("", f"cannot read: {exc.strerror or exc}", file=path)
+        return read_regular_file(path, cap=cap, what="registry file")
+    except YamlFileError as exc:
+        out.add("", exc.problem, file=path)
         return None
-    if len(data) > cap:
-        out.add("", f"larger than {limit}; registry files must stay below it", file=path)
-        return None
-    return data
 
 
 def _decode(data: bytes, path: Path, out: Problems) -> str | None:
     try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        out.add("", f"not valid UTF-8 (line {line}, byte {exc.start}); save it as UTF-8", file=path)
+        return decode_utf8(data, path)
+    except YamlFileError as exc:
+        out.add("", f"{exc.where}: {exc.problem}", file=path)
         return None
 
 
 def _parse_yaml(text: str, out: Problems) -> dict[object, object] | None:
-    """The top-level mapping of ``kernel.yaml``, or None after recording why there is none."""
+    """The top-level mapping of ``kernel.yaml``, or None after recording why there is none
+    (:func:`tuned.yaml_files.parse_yaml`: safe types, unique keys, bounded aliases/depth)."""
     try:
-        # A SafeLoader subclass: only plain YAML types are built, no Python objects.
-        doc = yaml.load(text, Loader=_UniqueKeyLoader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        what = "; ".join(p for p in (exc.context, exc.problem) if p)
-        out.add("", f"invalid YAML{at}: {what}")
-        return None
-    except yaml.YAMLError as exc:
-        out.add("", f"invalid YAML: {exc}")
-        return None
-    except RecursionError:
-        out.add("", "invalid YAML: nested too deeply")
+        doc = parse_yaml(text, out.file)
+    except YamlFileError as exc:
+        out.add("", f"{exc.where}: {exc.problem}" if exc.where else exc.problem)
         return None
     keys = ", ".join(TOP_LEVEL_KEYS)
     if doc is None:
@@ -507,6 +458,25 @@ def _load_replay(
     return spec, []
 
 
+def _outside_registry(root: Path, directory: Path) -> Problem | None:
+    """A problem when the entry ``directory`` (a symlink) resolves outside ``root``."""
+    if directory == root or not directory.is_symlink():
+        return None
+    try:
+        target = directory.resolve(strict=True)
+        inside = target.is_relative_to(root.resolve(strict=True))
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python < 3.13)
+        return Problem(file=directory, field="", reason=f"cannot resolve the symlink: {exc}")
+    if inside:
+        return None
+    return Problem(
+        file=directory,
+        field="",
+        reason=f"a symlink to {target}, outside the registry {root}; the registry is the "
+        "set of files ktuned reads and hashes, so copy or move the entry into it",
+    )
+
+
 def load_entry(path: str | os.PathLike[str]) -> KernelSpec:
     """Load and validate one entry: its directory, or its ``kernel.yaml``.
 
@@ -552,6 +522,11 @@ def scan_registry(root: str | os.PathLike[str]) -> RegistryScan:
     invalid: dict[str, list[Problem]] = {}
     owners: dict[str, Path] = {}
     for directory in directories:
+        escape = _outside_registry(root, directory)
+        if escape is not None:
+            problems.append(escape)
+            invalid[str(directory)] = [escape]
+            continue
         spec, found = _load(directory)
         if spec is not None and spec.name in owners:
             found = [

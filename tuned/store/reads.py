@@ -9,6 +9,7 @@ from collections.abc import Collection
 from typing import Any
 
 from tuned.outcomes import Provenance
+from tuned.store._core import reads_stored
 from tuned.store.base import (
     CaseTimingRow,
     ComparisonRow,
@@ -24,6 +25,7 @@ __all__ = ["Reads"]
 class Reads(Records):
     """Aggregates over the records (part of :class:`tuned.store.Store`)."""
 
+    @reads_stored
     def changes_since(self, eval_seq: int, acceptance_seq: int) -> tuple[set[str], int, int]:
         """Kernels with evaluations or acceptances newer than the given sequence numbers, and
         the newest sequence numbers (pass them next time)."""
@@ -42,6 +44,7 @@ class Reads(Records):
             max([acceptance_seq, *(int(r["s"]) for r in accepted)]),
         )
 
+    @reads_stored
     def kernel_progress(self, names: Collection[str] | None = None) -> list[KernelProgress]:
         """Every kernel (or those in ``names``) with its current generation's figures on its
         latest fingerprint.
@@ -156,6 +159,7 @@ class Reads(Records):
             for r in rows
         ]
 
+    @reads_stored
     def evaluation_totals(
         self,
         after_seq: int = 0,
@@ -227,6 +231,7 @@ class Reads(Records):
             after_seq=after_seq, upto_seq=window[1], outcomes=outcomes, phases=phases, arms=arms
         )
 
+    @reads_stored
     def timeline(self, *, current_only: bool = True) -> list[TimelineRow]:
         """Every evaluation in order (of the kernels' current generations by default)."""
         current = (
@@ -256,6 +261,7 @@ class Reads(Records):
         ]
 
     # -- the runtime (issue 9): generations, fingerprints, per-case timings, stale bests
+    @reads_stored
     def generation_info(self, generation: str) -> tuple[str, dict[str, Any]] | None:
         """A generation's original module (its source hash) and its entry summary (launcher,
         inputs, dtypes, shapes, knobs, baseline knobs), as recorded when it was synced."""
@@ -266,6 +272,7 @@ class Reads(Records):
             return None
         return str(rows[0]["source_hash"]), dict(json.loads(rows[0]["spec_json"]))
 
+    @reads_stored
     def known_fingerprints(self) -> dict[str, dict[str, str]]:
         """Every fingerprint recorded, by id."""
         return {
@@ -273,6 +280,7 @@ class Reads(Records):
             for r in self._query("SELECT id, json FROM fingerprints ORDER BY first_seen")
         }
 
+    @reads_stored
     def evaluated_fingerprints(self, kernel: str, generation: str) -> list[tuple[str, float]]:
         """Fingerprints on which a generation has a successful evaluation, with when the
         latest one finished (Unix s), newest first."""
@@ -286,6 +294,7 @@ class Reads(Records):
             )
         ]
 
+    @reads_stored
     def case_timings(self, kernel: str, generation: str, fingerprint: str) -> list[CaseTimingRow]:
         """Every successfully evaluated candidate of a generation on a fingerprint, with the
         per-case medians and samples of its first successful measurement and the statuses of
@@ -323,6 +332,7 @@ class Reads(Records):
             )
         return list(out.values())
 
+    @reads_stored
     def comparisons(self, kernel: str, generation: str, fingerprint: str) -> list[ComparisonRow]:
         """Every side-by-side measurement of a generation's candidates on a fingerprint that
         names what it was timed against: evaluations whose metadata records ``incumbent_id``
@@ -366,6 +376,7 @@ class Reads(Records):
             )
         return out
 
+    @reads_stored
     def stale_bests(
         self, fresh: Collection[str], same_device: Collection[str]
     ) -> dict[str, list[str]]:
