@@ -553,6 +553,7 @@ def _kernel_payload(spec: KernelSpec) -> dict[str, Any]:
         "original_source": spec.module_source,
         "extra_files": dict(spec.extra_files),
         "baseline_knobs": dict(spec.baseline_knobs),
+        "knobs_declared": spec.knobs_declared,  # passed to the launcher, never injected
         "call": spec.call_payload(),  # how the launcher is called: tuned.evaluation.invoke
         # a launcher of an installed package (tuned.registry.installed): its copies load in
         # that package; inputs and reference come from the entry's own module

@@ -250,7 +250,8 @@ def variant_diff(original: str, variant: str, path: str = "module.py") -> str:
 def runnable_request(request: Mapping[str, Any]) -> dict[str, Any]:
     """A worker request (``kernel``, ``candidate``, ``options``) with every module it runs
     materialized: the candidate's and the incumbent's sources get their injected knobs written
-    in (:func:`materialize`) and keep only the knobs their launcher takes, and the entry's
+    in (:func:`materialize`) and keep only the knobs their launcher takes (an entry that
+    declares its knobs, ``knobs_declared``, passes them all: nothing is injected), and the entry's
     ``baseline_knobs`` (used to call the original as the reference) keep only those too. A
     knob value that cannot be written leaves the candidate as it is, with ``injection_error``
     saying why (the worker reports it as ``rejected_static``)."""
@@ -259,6 +260,9 @@ def runnable_request(request: Mapping[str, Any]) -> dict[str, Any]:
     launcher = str(kernel.get("launcher", ""))
     original = str(kernel.get("original_source", ""))
     extra = dict(kernel.get("extra_files") or {})  # the entry's other files: imported kernels
+    if kernel.get("knobs_declared"):  # declared knobs are the launcher's parameters: passed
+        out["kernel"] = kernel
+        return out
     if "baseline_knobs" in kernel:
         _, kernel["baseline_knobs"] = materialize(
             original, launcher, kernel["baseline_knobs"], sources=extra
