@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuned.llm._db import connect
+from tuned.store.connections import connect
 
 __all__ = ["ATTEMPT_STATUSES", "AttemptLog", "AttemptRow"]
 
@@ -35,7 +35,7 @@ ATTEMPT_STATUSES = (
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS llm_attempts (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    id {serial},
     kernel TEXT NOT NULL,
     generation TEXT NOT NULL,
     purpose TEXT NOT NULL,
@@ -47,7 +47,7 @@ CREATE TABLE IF NOT EXISTS llm_attempts (
     prompt_key TEXT,
     tokens INTEGER NOT NULL,
     cached INTEGER NOT NULL,
-    created_at REAL NOT NULL
+    created_at {real} NOT NULL
 );
 CREATE INDEX IF NOT EXISTS llm_attempts_by_kernel ON llm_attempts (kernel, generation);
 """

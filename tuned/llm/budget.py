@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 
 from policies.strategies import llm_strategy_name
-from tuned.llm._db import connect_reader
-from tuned.llm.ledger import DAY_S, LedgerDb, open_ledger_reader, read_totals
 from tuned.llm.metrics import attempt_counts
 from tuned.llm.proposed import ProposedStrategy, read_strategies
 from tuned.llm.settings import LlmSettings
+from tuned.store.connections import connect_reader
+from tuned.store.ledger import DAY_S, LedgerDb, open_ledger_reader, read_totals
 
 __all__ = ["budget_report"]
 

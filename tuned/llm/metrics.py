@@ -45,8 +45,8 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from tuned.llm.attempts import ATTEMPT_STATUSES
-from tuned.llm.ledger import BudgetCaps, read_totals
 from tuned.llm.proposed import STRATEGY_STATUSES, read_strategies
+from tuned.store.ledger import BudgetCaps, read_totals
 
 __all__ = ["LLM_TOKEN_KINDS", "attempt_counts", "llm_families"]
 
@@ -62,7 +62,7 @@ def llm_families(
 ) -> Iterator[Metric]:
     """Every LLM family, from ``db`` (``None``: no database yet, all zeros).
 
-    ``totals``: the ledger's :func:`~tuned.llm.ledger.read_totals` when the ledger is not in
+    ``totals``: the ledger's :func:`~tuned.store.ledger.read_totals` when the ledger is not in
     ``db`` (a fleet's shared ledger in PostgreSQL, while the attempt log and the strategy book
     stay in the box's own file); default: read from ``db``.
     """

@@ -14,11 +14,11 @@ from pathlib import Path
 from tuned.errors import BadInputError
 from tuned.llm.attempts import AttemptLog
 from tuned.llm.cache import ResponseCache
-from tuned.llm.client import ChatClient, LlmUnavailable
-from tuned.llm.ledger import TokenLedger
+from tuned.llm.chat import ChatClient, LlmUnavailable
 from tuned.llm.proposed import StrategyBook
 from tuned.llm.proposer import LlmProposer
 from tuned.llm.settings import LlmSettings, resolve_api_key
+from tuned.store.ledger import TokenLedger
 
 __all__ = ["open_proposer"]
 

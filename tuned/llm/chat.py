@@ -8,7 +8,7 @@ One :meth:`ChatClient.complete`:
 
 1. a cached reply to the very same question is returned at no cost (:mod:`tuned.llm.cache`);
 2. otherwise each attempt reserves ``prompt estimate + max_tokens`` (refused:
-   :class:`~tuned.llm.ledger.BudgetExceeded`, nothing sent), sends, and settles:
+   :class:`~tuned.store.ledger.BudgetExceeded`, nothing sent), sends, and settles:
 
    ==============================  ========================  ====================
    what happened                   charged                   then
@@ -39,8 +39,8 @@ from typing import Any
 
 from tuned.errors import TunedError
 from tuned.llm.cache import CachedReply, ResponseCache, prompt_key
-from tuned.llm.ledger import TokenLedger, Usage, estimate_prompt_tokens
 from tuned.llm.settings import LlmSettings
+from tuned.store.ledger import TokenLedger, Usage, estimate_prompt_tokens
 
 __all__ = ["ChatClient", "ChatReply", "LlmError", "LlmUnavailable", "Message"]
 
@@ -144,7 +144,7 @@ class ChatClient:
         max_tokens: int | None = None,
     ) -> ChatReply:
         """The reply to ``messages``; raises :class:`LlmError` or
-        :class:`~tuned.llm.ledger.BudgetExceeded` (nothing sent). ``max_tokens``: this
+        :class:`~tuned.store.ledger.BudgetExceeded` (nothing sent). ``max_tokens``: this
         request's limit (default ``llm.max_tokens``), reserved and sent alike."""
         s = self.settings
         limit = s.max_tokens if max_tokens is None else max_tokens
