@@ -38,9 +38,9 @@ pytestmark = pytest.mark.timeout(180)
 def _box(url: str, base_url: str, box: int, state: str, leave_open: bool) -> None:
     """One box's daemon: ``REQUESTS`` chat requests through the real client, charged to the
     shared ledger; its response cache in its own state directory."""
-    from tuned.llm.cache import ResponseCache
     from tuned.llm.chat import ChatClient
     from tuned.llm.settings import LlmSettings
+    from tuned.store.llm_cache import ResponseCache
 
     settings = LlmSettings(base_url=base_url, model="m", max_tokens=300, retries=0)
     ledger = TokenLedger(url, caps=CAPS)

@@ -3,10 +3,10 @@
 Light to import: the ``openai`` package is only imported when a :class:`ChatClient` is
 created, so a machine without it still tunes parametrically.
 
-* the durable token ledger (reserve, settle, caps, recovery) is :mod:`tuned.store.ledger`,
-  persistence beside the store's own tables;
-* :mod:`tuned.llm.cache`: replies by prompt hash; :mod:`tuned.llm.attempts`: what each
-  request gave;
+* what it remembers lives in the store, beside the store's own tables:
+  :mod:`tuned.store.ledger` (the durable token ledger: reserve, settle, caps, recovery),
+  :mod:`tuned.store.llm_cache` (replies by prompt hash) and :mod:`tuned.store.llm_attempts`
+  (what each request gave);
 * :mod:`tuned.llm.chat`: the OpenAI-compatible chat client (retries, back-off, timeouts);
 * :mod:`tuned.llm.prompts`, :mod:`tuned.llm.parse`: the rewrite prompt and reading the reply;
 * :mod:`tuned.llm.gate`: the static gate every LLM-written module passes before running;

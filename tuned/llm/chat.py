@@ -6,7 +6,7 @@ retries are off: each HTTP attempt is one ledger reservation, so this module ret
 
 One :meth:`ChatClient.complete`:
 
-1. a cached reply to the very same question is returned at no cost (:mod:`tuned.llm.cache`);
+1. a cached reply to the very same question is returned at no cost (:mod:`tuned.store.llm_cache`);
 2. otherwise each attempt reserves ``prompt estimate + max_tokens`` (refused:
    :class:`~tuned.store.ledger.BudgetExceeded`, nothing sent), sends, and settles:
 
@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuned.errors import TunedError
-from tuned.llm.cache import CachedReply, ResponseCache, prompt_key
 from tuned.llm.settings import LlmSettings
 from tuned.store.ledger import TokenLedger, Usage, estimate_prompt_tokens
+from tuned.store.llm_cache import CachedReply, ResponseCache, prompt_key
 
 __all__ = ["ChatClient", "ChatReply", "LlmError", "LlmUnavailable", "Message"]
 

@@ -8,7 +8,7 @@ request, when a final API error paused the proposer, or for a replay entry) and
 reply (:mod:`tuned.llm.parse`) and returns a :class:`~tuned.outcomes.Candidate` with
 provenance ``llm``, the arm's strategy and the parent's knobs; the campaign evaluates it
 through the one evaluation path (the LLM static gate first). Every proposal is recorded in
-the attempt log (:mod:`tuned.llm.attempts`), also when no candidate came out of it.
+the attempt log (:mod:`tuned.store.llm_attempts`), also when no candidate came out of it.
 
 For a reference entry (``kind: reference``) whose parent is its baseline (the PyTorch
 reference), ``propose`` asks for the *first* Triton module instead: the prompt shows the
@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from policies.strategies import STRATEGIES, Strategy, llm_strategy_name
-from tuned.llm.attempts import AttemptLog
 from tuned.llm.chat import ChatClient, LlmError
 from tuned.llm.gate import launcher_signature
 from tuned.llm.parse import parse_reply
@@ -52,6 +51,7 @@ from tuned.llm.settings import LlmSettings
 from tuned.outcomes import Candidate, Provenance
 from tuned.registry.spec import KernelSpec, KnobValue
 from tuned.store.ledger import BudgetExceeded, TokenLedger
+from tuned.store.llm_attempts import AttemptLog
 
 __all__ = [
     "LLM_STRATEGIES",
