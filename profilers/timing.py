@@ -42,6 +42,12 @@ class TimingSettings:
     #: ``screen_slower`` times the incumbent's.
     screen_ms: float = 20.0
     screen_slower: float = 1.05
+    #: Interleaved timing on a GPU through CUDA graphs (:func:`interleaved_timing`): each
+    #: function's repetitions of a round are captured once and replayed, so the host (a busy
+    #: CPU, the compile pool) cannot open gaps between the timed events. Capture failing (the
+    #: function synchronizes, or PyTorch lacks timing events in graphs) falls back to eager.
+    cuda_graphs: bool = True
+    graph_rounds: int = 10  # interleaved rounds (replays per function); samples split evenly
 
 
 def gpu_median_seconds(
@@ -115,6 +121,7 @@ class Interleaved:
 
     samples: list[list[float]]
     screened: bool = False
+    graphs: bool = False  # timed through CUDA graphs (profilers.graph_timing)
 
 
 def interleaved_timing(
@@ -123,6 +130,7 @@ def interleaved_timing(
     gpu: bool,
     settings: TimingSettings = TimingSettings(),
     screen: bool = False,
+    poison: Callable[[], None] | None = None,
 ) -> Interleaved:
     """:func:`interleaved_samples`, with an optional screening round on a GPU.
 
@@ -133,6 +141,11 @@ def interleaved_timing(
     minimum gain, and timing it for the full ``target_ms`` would only refine how much slower
     it is. Otherwise the full measurement follows (the screening samples are dropped), exactly
     as without ``screen``. Every candidate is still timed interleaved with the incumbent.
+
+    On a GPU with ``settings.cuda_graphs``, the rounds are captured in CUDA graphs and
+    replayed (:mod:`profilers.graph_timing`: a busy host cannot move the figures); ``poison``
+    is called after capture, before the timed replays (it overwrites the outputs the graphs
+    must write again). Where capture fails, the eager path below times them.
     """
     if not gpu:
         samples: list[list[float]] = [[] for _ in fns]
@@ -143,10 +156,26 @@ def interleaved_timing(
                 fns[i]()
                 samples[i].append(time.perf_counter() - t0)
         return Interleaved(samples)
-    return _interleaved_gpu(fns, settings, screen=screen and len(fns) > 1)
+    return _interleaved_gpu(fns, settings, screen=screen and len(fns) > 1, poison=poison)
 
 
 def _interleaved_gpu(
+    fns: Sequence[Callable[[], Any]],
+    settings: TimingSettings,
+    *,
+    screen: bool,
+    poison: Callable[[], None] | None = None,
+) -> Interleaved:
+    if settings.cuda_graphs:
+        from profilers.graph_timing import graph_interleaved
+
+        timed = graph_interleaved(fns, settings, screen=screen, poison=poison)
+        if timed is not None:
+            return Interleaved(timed.samples, screened=timed.screened, graphs=True)
+    return _interleaved_eager(fns, settings, screen=screen)
+
+
+def _interleaved_eager(
     fns: Sequence[Callable[[], Any]], settings: TimingSettings, *, screen: bool
 ) -> Interleaved:
     import torch

@@ -10,14 +10,15 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tuned import __version__
 from tuned.errors import BadInputError, TunedError
 from tuned.evaluation.client import EvaluationSettings
+from tuned.registry.spec import KnobValue
 from tuned.report import Progress, format_seconds, summary_table
-from tuned.search import CampaignSummary, OnResult, TuneSettings
+from tuned.search import OnResult, TuneSettings
 from tuned.store.api import Store
 from tuned.store.sqlite import SqliteStore
 
@@ -121,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     status = sub.add_parser("status", help="kernels in the store, their best and their state")
+    status.add_argument("--json", action="store_true", help="print one JSON object")
     state_dir(status)
     store_url(status)
 
@@ -134,6 +136,16 @@ def build_parser() -> argparse.ArgumentParser:
     registry_sub = registry.add_subparsers(dest="registry_command", required=True)
     check = registry_sub.add_parser("check", help="validate every entry and print each problem")
     check.add_argument("path", type=Path)
+    add = registry_sub.add_parser(
+        "add", help="write an entry for an existing launcher (docs/registry.md, one command)"
+    )
+    add.add_argument("launcher", help="dotted path, e.g. package.module.function")
+    add.add_argument(
+        "--shape", action="append", required=True, help="NAME=SIZE,...; repeat for more shapes"
+    )
+    add.add_argument("--dtype", action="append", default=None, help="repeat for more dtypes")
+    add.add_argument("--out", type=Path, default=Path("."), help="registry directory")
+    add.add_argument("--name", default=None, help="entry name (default: the launcher's)")
 
     run = sub.add_parser("run", help="the daemon: tune the registry forever (systemd service)")
     run.add_argument(
@@ -146,7 +158,22 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--check-config",
         action="store_true",
-        help="validate the configuration, print it and exit (0 valid, 2 invalid)",
+        help="validate the configuration (registry.path must exist), print it in force as "
+        "YAML and exit (0 valid, 2 invalid)",
+    )
+
+    deploy = sub.add_parser("deploy", help="the service's files (unit, config, rules, dashboard)")
+    deploy_sub = deploy.add_subparsers(dest="deploy_command", required=True)
+    install = deploy_sub.add_parser(
+        "install",
+        help="write the systemd unit, example config and registry, Prometheus rules, Grafana "
+        "dashboard and docs under a prefix (docs/service.md)",
+    )
+    install.add_argument(
+        "--prefix", type=Path, default=Path("/"), help="root to install under (default: /)"
+    )
+    install.add_argument(
+        "--force", action="store_true", help="replace an existing /etc/ktuned/ktuned.yaml too"
     )
 
     report = sub.add_parser("report", help="PNG plots and an HTML summary of the store")
@@ -172,8 +199,12 @@ def build_parser() -> argparse.ArgumentParser:
     budget.add_argument(
         "--config", type=Path, default=None, help="the daemon's YAML configuration (its caps)"
     )
+    budget.add_argument("--json", action="store_true", help="print one JSON object")
     state_dir(budget)
     store_url(budget)
+    from tuned.referee import add_parser as add_referee
+
+    add_referee(sub, state_dir, store_url)
     return parser
 
 
@@ -200,6 +231,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _export(args)
         if args.command == "budget":
             return _budget(args)
+        if args.command == "deploy":
+            return _deploy(args)
+        if args.command == "referee":
+            return _referee(args)
+        if args.registry_command == "add":
+            return _registry_add(args)
         return _registry_check(args)
     except BadInputError as exc:
         print(f"ktuned: error: {exc}", file=sys.stderr)
@@ -243,6 +280,7 @@ def _tune(args: argparse.Namespace) -> int:
             f"{args.path} does not exist; give a registry directory, an entry "
             "directory or a kernel.yaml"
         )
+    args.path = _entry_path(args.path)
     fleet = False
     if args.store:
         from tuned.store.url import sqlite_path
@@ -297,30 +335,37 @@ def _tune(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _referee(args: argparse.Namespace) -> int:
+    from tuned.referee import command
+
+    store, state = _open_store(args)
+    try:
+        return command(args, store, state)
+    finally:
+        store.close()
+
+
 def _status(args: argparse.Namespace) -> int:
+    from tuned.reporting.status import status_json, status_table
+    from tuned.store.overview import kernel_overview
+
     store, _ = _open_store(args)
     try:
-        kernels = store.kernels()
+        kernels = kernel_overview(store)
         invalid = store.invalid_entries()
+        if args.json:
+            print(status_json(store.location, kernels, invalid))
+            return EXIT_OK
         print(f"store: {store.location}")
         if not kernels and not invalid:
             print("no kernels yet: run `ktuned tune REGISTRY_DIR`")
             return EXIT_OK
-        rows = []
-        for k in kernels:
-            best = store.best(k.name)
-            summary = CampaignSummary(kernel=k.name)
-            if best is not None:
-                summary.baseline_s, summary.best_s = best.baseline_time_s, best.time_s
-                for t in store.trials(k.name, k.generation, best.fingerprint):
-                    summary.outcomes[t.result.outcome.value] += 1
-                    summary.evaluations += t.provenance.value != "original"
-                summary.timing_kind = best.timing_kind
-            summary.note = "" if k.state == "active" else f"state {k.state}"
-            if k.state == "needs_llm" and k.reason:
-                summary.note += f" ({k.reason})"
-            rows.append(summary)
-        print(summary_table(rows))
+        failed = {  # nothing succeeded: say so when the original itself failed
+            k.name: _original_failure(store, k.name, k.progress.generation)
+            for k in kernels
+            if k.progress.best_s is None
+        }
+        print(status_table(kernels, failed))
         from tuned.runtime.notes import status_notes
 
         notes = status_notes(store)
@@ -331,6 +376,18 @@ def _status(args: argparse.Namespace) -> int:
     finally:
         store.close()
     return EXIT_OK
+
+
+def _original_failure(store: Store, kernel: str, generation: str) -> str:
+    """Describe the generation's original's failure, on any fingerprint ("" when the original
+    never failed)."""
+    for fid in store.known_fingerprints():
+        for t in store.trials(kernel, generation, fid):
+            if t.provenance.value == "original" and t.result.outcome.value != "ok":
+                reason = (t.result.reason or "").strip().splitlines()
+                said = f"the original failed: {t.result.outcome.value} in {t.result.phase}"
+                return said + (f" ({reason[0][:160]})" if reason else "")
+    return ""
 
 
 def _best(args: argparse.Namespace) -> int:
@@ -346,6 +403,7 @@ def _best(args: argparse.Namespace) -> int:
             )
         source = store.source(best.source_hash) or ""
         fp = store.fingerprint(best.fingerprint)
+        diff = _knob_diff(store, best.generation, source, best.knobs)
     finally:
         store.close()
     if args.json:
@@ -363,6 +421,7 @@ def _best(args: argparse.Namespace) -> int:
                     "timing_kind": best.timing_kind,
                     "fingerprint": fp,
                     "source": source,
+                    "diff": diff,
                 },
                 indent=2,
             )
@@ -379,14 +438,42 @@ def _best(args: argparse.Namespace) -> int:
     )
     print(f"# on {fp.get('gpu_model', '?')} ({fp.get('mode', '?')}), triton {fp.get('triton')}")
     print(f"# knobs: {json.dumps(dict(best.knobs))}")
+    if diff:  # knobs discovered in the code run as a generated copy: show what it changes
+        print("# the copy that runs, against the original:\n" + diff, end="")
     print(source, end="" if source.endswith("\n") else "\n")
     return EXIT_OK
+
+
+def _entry_path(path: Path) -> Path:
+    """A registry or entry directory; an entry's ``kernel.yaml`` stands for its directory."""
+    if path.is_file():
+        if path.name != "kernel.yaml":
+            raise BadInputError(
+                f"{path} is a file; give a registry directory, an entry directory or a kernel.yaml"
+            )
+        return path.parent
+    return path
+
+
+def _knob_diff(store: Store, generation: str, source: str, knobs: Mapping[str, KnobValue]) -> str:
+    """The unified diff of the generated copy (injected knobs written in) against the
+    original; "" when the candidate runs its source as it is."""
+    from tuned.registry.injection import InjectionError, materialize, variant_diff
+
+    info = store.generation_info(generation)
+    if info is None:
+        return ""
+    try:
+        variant, _ = materialize(source, str(info[1].get("launcher", "")), knobs)
+    except InjectionError as exc:
+        return f"# (the knobs cannot be written into the source: {exc})\n"
+    return variant_diff(source, variant, "original.py")
 
 
 def _registry_check(args: argparse.Namespace) -> int:
     from tuned.registry import format_problems, scan_registry
 
-    scan = scan_registry(args.path)
+    scan = scan_registry(_entry_path(args.path))
     for spec in scan.entries:
         space = spec.space_size() if spec.knobs else 0
         if spec.replay is not None:
@@ -395,6 +482,10 @@ def _registry_check(args: argparse.Namespace) -> int:
             what = f"{len(spec.shapes)} shapes, {len(spec.dtypes)} dtypes"
         found = " (discovered)" if spec.knobs and not spec.knobs_declared else ""
         print(f"ok       {spec.name}: {what}, {space} knob configurations{found}")
+        for knob, values in spec.knobs.items():  # the space itself
+            base = spec.baseline_knobs.get(knob)
+            shown = ", ".join(str(v) for v in values)
+            print(f"  knob   {knob}: {shown}" + ("" if base is None else f" (baseline {base})"))
         for notice in spec.notices:
             print(f"note     {notice}")
     if scan.problems:
@@ -403,15 +494,32 @@ def _registry_check(args: argparse.Namespace) -> int:
     return EXIT_BAD_INPUT if scan.problems else EXIT_OK
 
 
+def _registry_add(args: argparse.Namespace) -> int:
+    from tuned.registry.scaffold import add_entry, parse_shape
+
+    shapes = [parse_shape(text) for text in args.shape]
+    added = add_entry(args.launcher, shapes, args.dtype or ["float16"], args.out, name=args.name)
+    print(f"wrote {added.directory}/kernel.yaml and entry.py")
+    if added.todo:
+        print(f"TODO: {'; '.join(added.todo)}")
+    print(f"next: ktuned registry check {added.directory}")
+    return EXIT_OK
+
+
 def _run(args: argparse.Namespace) -> int:
     from tuned.daemon import Daemon, DaemonConfig, load_config
 
     config = load_config(args.config) if args.config else DaemonConfig()
     if args.check_config:
-        print(f"configuration {config.source} is valid:\n{config}")
+        from tuned.daemon.effective import check_paths, config_yaml
+
+        check_paths(config)
+        print(f"# configuration {config.source} is valid; in force (defaults included):")
+        print(config_yaml(config), end="")
         return EXIT_OK
-    if not args.verbose:
-        logging.getLogger().setLevel(config.log_level.upper())
+    from tuned.daemon.journal import configure_logging
+
+    configure_logging(logging.DEBUG if args.verbose else getattr(logging, config.log_level.upper()))
     Daemon(config, config_path=args.config).run()
     return EXIT_OK
 
@@ -442,20 +550,34 @@ def _export(args: argparse.Namespace) -> int:
 
 def _budget(args: argparse.Namespace) -> int:
     from tuned.daemon import DaemonConfig, load_config
-    from tuned.llm.budget import budget_report
+    from tuned.llm.budget import budget_data, budget_report
     from tuned.store.url import default_store_url, sqlite_path
 
     config = load_config(args.config) if args.config else DaemonConfig()
     state = args.state_dir or config.state_dir
     url = args.store or config.store or default_store_url(state)
     local = sqlite_path(url)  # a fleet's PostgreSQL store: its shared ledger, this box's log
-    report = budget_report(
-        local or state / "ktuned-llm.sqlite",
-        config.llm,
-        source=config.source,
-        ledger_url=None if local else url,
+    where = local or state / "ktuned-llm.sqlite"
+    ledger_url = None if local else url
+    if args.json:
+        data = budget_data(where, config.llm, source=config.source, ledger_url=ledger_url)
+        print(json.dumps(data, indent=2))
+        return EXIT_OK
+    print(budget_report(where, config.llm, source=config.source, ledger_url=ledger_url), end="")
+    return EXIT_OK
+
+
+def _deploy(args: argparse.Namespace) -> int:
+    from tuned.deployment import install
+
+    for f in install(args.prefix, force=args.force):
+        print(f"{f.action:<9}{f.path}")
+    config = args.prefix / "etc/ktuned/ktuned.yaml"
+    print(
+        f"next: edit {config} (registry.path: the example registry for now), check it with "
+        f"`ktuned run --config {config} --check-config`, then `systemctl daemon-reload && "
+        "systemctl enable --now ktuned` (docs/service.md)"
     )
-    print(report, end="")
     return EXIT_OK
 
 

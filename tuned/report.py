@@ -11,7 +11,7 @@ from tuned.outcomes import Candidate, EvalResult
 from tuned.registry.spec import KernelSpec
 from tuned.search import CampaignSummary
 
-__all__ = ["Progress", "format_seconds", "summary_table"]
+__all__ = ["Progress", "format_duration", "format_seconds", "summary_table"]
 
 
 def format_seconds(seconds: float | None) -> str:
@@ -23,8 +23,21 @@ def format_seconds(seconds: float | None) -> str:
     return f"{seconds / 1e-9:.3g} ns"
 
 
+def format_duration(seconds: float) -> str:
+    """``45s``, ``3m05s``, ``2h07m``: a duration for a progress line."""
+    s = round(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
 class Progress:
-    """A bar redrawn in place on a terminal; one line per evaluation otherwise (logs, CI)."""
+    """A bar redrawn in place on a terminal; one line per evaluation otherwise (logs, CI).
+
+    The estimate of the time left (``eta``) is the mean time per evaluation so far times the
+    evaluations left (the total is the budget: a kernel that stops early ends sooner)."""
 
     def __init__(self, total: int, stream: TextIO = sys.stderr, width: int = 24) -> None:
         self.total = max(total, 1)
@@ -47,8 +60,10 @@ class Progress:
             what = f"{result.outcome.value} ({result.phase})"
         speedup = f"best {summary.speedup:.2f}x" if summary.speedup else "best -"
         elapsed = time.monotonic() - self.started
+        left = max(self.total - self.done, 0)
+        eta = "done" if not left else f"eta {format_duration(elapsed / self.done * left)}"
         line = (
-            f"[{bar}] {self.done}/{self.total} {elapsed:5.0f}s {spec.name} "
+            f"[{bar}] {self.done}/{self.total} {elapsed:5.0f}s {eta} {spec.name} "
             f"{candidate.provenance.value} {knobs}: {what}; {speedup}"
         )
         if self.tty:

@@ -51,7 +51,7 @@ def test_the_example_documents_every_key_and_parses() -> None:
     doc = yaml.safe_load(EXAMPLE.read_text())
     assert _flatten(doc) == _keys(DaemonConfig)
     config = load_config(EXAMPLE)
-    assert config.registry.path == Path("/srv/ktuned/registry")
+    assert config.registry.path == Path("/usr/share/ktuned/registry")
     assert config.metrics.port == 9474 and config.metrics.host == "127.0.0.1"
     # Apart from the example paths, the example's values are the defaults.
     defaults = DaemonConfig()
@@ -137,9 +137,15 @@ def test_malformed_config_exits_2_naming_the_key(tmp_path: Path) -> None:
         cwd=ROOT,
         timeout=60,
     )
-    assert run.returncode == 2 and "not valid YAML" in run.stderr
+    assert run.returncode == 2 and f"{broken}:2:1: invalid YAML" in run.stderr
+    # The example names the registry `ktuned deploy install` writes: here, one that exists.
+    example = tmp_path / "example.yaml"
+    (tmp_path / "registry").mkdir(exist_ok=True)
+    example.write_text(
+        EXAMPLE.read_text().replace("/usr/share/ktuned/registry", str(tmp_path / "registry"))
+    )
     check = subprocess.run(
-        [sys.executable, "-m", "tuned.cli", "run", "--config", str(EXAMPLE), "--check-config"],
+        [sys.executable, "-m", "tuned.cli", "run", "--config", str(example), "--check-config"],
         capture_output=True,
         text=True,
         env=env,

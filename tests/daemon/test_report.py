@@ -25,7 +25,7 @@ def test_report_writes_plots_and_a_summary(tmp_path: Path, write_entry: WriteEnt
         store.sync_kernel(spec)
         fid = store.record_fingerprint(FP)
         _record(store, spec, fid, 256, 1.0, original=True, at=1000)
-        _accept(store, _record(store, spec, fid, 64, best, at=2000), fid)
+        _accept(store, _record(store, spec, fid, 64, best, at=2000), fid, speedup=1.0 / best)
         _record(store, spec, fid, 128, None, outcome=Outcome.INCORRECT, at=3000)
     store.record_invalid(str(tmp_path / "registry" / "bad"), "kernel.yaml: field 'dtypes': bad")
     store.close()
@@ -39,11 +39,12 @@ def test_report_writes_plots_and_a_summary(tmp_path: Path, write_entry: WriteEnt
         timeout=120,
     )
     assert run.returncode == 0, run.stderr
-    for png in ("speedup.png", "outcomes.png", "strategies.png"):
+    for png in ("speedup.png", "history.png", "outcomes.png", "strategies.png"):
         data = (out / png).read_bytes()
         assert data.startswith(PNG) and len(data) > 5000
     page = (out / "index.html").read_text()
     assert "2.828x" in page  # geometric mean of 2x and 4x
     assert "<td>add</td>" in page and "<td>mul</td>" in page and "4.00x" in page
-    assert 'src="speedup.png"' in page and "field &#x27;dtypes&#x27;" in page
+    assert 'src="speedup.png"' in page and 'src="history.png"' in page
+    assert "field &#x27;dtypes&#x27;" in page
     assert "interpreter timings" in page

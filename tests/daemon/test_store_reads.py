@@ -47,10 +47,21 @@ def _record(
     return c
 
 
-def _accept(store: SqliteStore, candidate: Candidate, fid: str) -> None:
-    """Record that the acceptance rule made ``candidate`` the incumbent."""
+def _accept(store: SqliteStore, candidate: Candidate, fid: str, speedup: float = 2.0) -> None:
+    """Record that the acceptance rule made ``candidate`` the incumbent (timed against the
+    original, measured ``speedup`` side by side)."""
+    base = next(
+        t
+        for t in store.trials(candidate.kernel, candidate.generation, fid)
+        if t.provenance is Provenance.ORIGINAL
+    )
     store.record_acceptance(
-        candidate, fid, incumbent_id="baseline", status="accepted", first={"low": 1.1}, second=None
+        candidate,
+        fid,
+        incumbent_id=base.candidate_id,
+        status="accepted",
+        first={"speedup": speedup, "low": 0.9 * speedup, "high": 1.1 * speedup},
+        second=None,
     )
 
 

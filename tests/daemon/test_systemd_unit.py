@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import configparser
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -72,3 +73,25 @@ def test_systemd_analyze_verify_passes(tmp_path: Path) -> None:
         pytest.skip(f"systemd-analyze cannot run in this container: {run.stderr.strip()}")
     assert run.returncode == 0, run.stderr
     assert run.stderr.strip() == "" and run.stdout.strip() == ""  # no warning either
+
+
+def test_security_exposure_is_below_2_5(tmp_path: Path) -> None:
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze is not installed (Debian package `systemd`)")
+    unit = tmp_path / "ktuned.service"
+    shutil.copy(UNIT, unit)
+    run = subprocess.run(
+        ["systemd-analyze", "security", "--offline=yes", "--no-pager", str(unit)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if "--offline" in run.stderr or "unrecognized option" in run.stderr:
+        pytest.skip(f"this systemd-analyze has no --offline (systemd < 250): {run.stderr}")
+    found = re.search(r"Overall exposure level for ktuned.service: ([0-9.]+)", run.stdout)
+    assert found, run.stdout + run.stderr
+    assert float(found.group(1)) < 2.5, run.stdout
+    s = _service()
+    assert s["SystemCallFilter"][0] == "@system-service" and s["ProtectProc"] == ["invisible"]
+    # NVML and CUDA still reach the GPU: its device nodes, ioctl and mmap are allowed.
+    assert "DeviceAllow" in s and "PrivateDevices" not in s and "ProcSubset" not in s

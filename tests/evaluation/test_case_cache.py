@@ -135,3 +135,59 @@ def test_a_mutating_candidate_does_not_affect_the_next_evaluation_in_the_same_wo
         assert again.outcome is Outcome.OK, again.reason
         assert again.metadata["case_cache"]["tampered"] > 0
         assert c.starts == starts  # all in the same worker process
+
+
+def _visit(cache: CaseCache, cases: int, made: list[int], computed: list[int]) -> None:
+    """One candidate's pass over a kernel's cases: every case's inputs, then its reference
+    (the worker's order), keys as the worker builds them (the kernel first)."""
+    for case in range(cases):
+        key = ("kernel-a", case)
+        inputs = cache.inputs(key, _maker(made, 256))  # type: ignore[arg-type]
+
+        def ref(x: torch.Tensor = inputs[0]) -> torch.Tensor:
+            computed.append(1)
+            return x * 2
+
+        cache.reference(key, "reference", ref)
+
+
+def test_a_cycle_of_cases_larger_than_the_budget_is_reused_across_candidates() -> None:
+    # Four cases of 3 KiB each (2 KiB inputs, 1 KiB reference); room resident for two.
+    # A least-recently-used cache of this size would miss on every access of every pass.
+    per_case = 2 * 256 * 4 + 256 * 4
+    cache, made, computed = CaseCache(2 * per_case, spill_bytes=1 << 20), [], []
+    _visit(cache, 4, made, computed)
+    assert (len(made), len(computed)) == (4, 4)
+    assert cache.stats.misses == 8 and cache.stats.hits == 0
+    for _ in range(3):  # three more candidates: nothing made or computed again
+        _visit(cache, 4, made, computed)
+    assert (len(made), len(computed)) == (4, 4)
+    assert cache.stats.hits == 24 and cache.stats.misses == 8
+    assert cache.stats.spill_hits == 12  # the two cases that did not fit resident
+    assert cache.stats.evictions == 0
+    assert cache.held_bytes <= 2 * per_case
+
+
+def test_a_budget_smaller_than_one_case_spills_instead_of_rebuilding() -> None:
+    cache, made, computed = CaseCache(16, spill_bytes=1 << 20), [], []
+    for _ in range(3):
+        _visit(cache, 2, made, computed)
+    assert cache.held_bytes == 0
+    assert (len(made), len(computed)) == (2, 2)
+    assert cache.stats.hits == cache.stats.spill_hits == 8
+    # Without room anywhere, every pass makes its cases again (and nothing else is evicted).
+    none, made2, computed2 = CaseCache(16, spill_bytes=16), [], []
+    for _ in range(2):
+        _visit(none, 2, made2, computed2)
+    assert (len(made2), none.stats.hits, none.stats.evictions) == (4, 0, 0)
+
+
+def test_room_is_made_from_a_kernel_no_longer_served_not_from_the_current_one() -> None:
+    per_case = 2 * 256 * 4 + 256 * 4
+    cache, made, computed = CaseCache(2 * per_case, spill_bytes=0), [], []
+    for case in range(2):  # an earlier kernel fills the resident tier
+        cache.inputs(("kernel-old", case), _maker(made, 256))  # type: ignore[arg-type]
+    _visit(cache, 2, made, computed)
+    assert cache.stats.evictions == 2  # the old kernel's entries went, not kernel-a's
+    _visit(cache, 2, made, computed)
+    assert cache.stats.hits == 4 and len(made) == 4

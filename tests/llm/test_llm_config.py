@@ -13,13 +13,15 @@ from tuned.llm.setup import open_proposer
 from tuned.store.ledger import BudgetCaps, Prices
 
 
-def test_a_full_section_parses() -> None:
+def test_a_full_section_parses(tmp_path: Path) -> None:
+    key = tmp_path / "key"
+    key.write_text("sk-test\n")
     config = parse_config(
         {
             "llm": {
                 "base_url": "http://127.0.0.1:8000/v1/",
                 "model": "qwen",
-                "api_key_file": "~/key",
+                "api_key_file": str(key),
                 "max_tokens": 2048,
                 "budget": {"total_tokens": 1000, "daily_tokens": None, "kernel_tokens": 10},
                 "prices": {"prompt_per_mtok": 1, "completion_per_mtok": 3.5},
@@ -31,7 +33,7 @@ def test_a_full_section_parses() -> None:
     assert llm.enabled and llm.base_url == "http://127.0.0.1:8000/v1"
     assert llm.budget == BudgetCaps(1000, None, 10)
     assert llm.prices == Prices(1.0, 3.5)
-    assert llm.api_key_file == Path("~/key").expanduser()
+    assert llm.api_key_file == key
     assert not parse_config({}, source="test").llm.enabled
 
 

@@ -116,19 +116,20 @@ def test_positional_binding_renamed_parameter_and_off_ladder_default(tmp_path: P
             """,
         )
     )
-    # The knob is the launcher's parameter (what the tuner passes), named after it; the
-    # ladder is centred on the power of two below 1000 and the baseline stays 1000.
-    assert spec.knobs["block"] == (64, 128, 256, 512, 1024, 2048, 4096)
+    # The knob is the launcher's parameter (what the tuner passes), named after it. One
+    # program covers the whole input (grid (1,), no loop in the kernel): the block may grow
+    # but never shrink below the baseline 1000, which stays the baseline.
+    assert spec.knobs["block"] == (1024, 2048, 4096)
     assert spec.knobs["warps"] == (1, 2, 4, 8, 16, 32)  # 32 when the default is already 16
     assert spec.baseline_knobs == {"block": 1000, "warps": 16}
 
 
-def test_dot_kernel_bounds_groups_booleans_and_stages_notice(tmp_path: Path) -> None:
+def test_dot_kernel_bounds_groups_and_added_stages_but_never_booleans(tmp_path: Path) -> None:
     spec = load_entry(
         entry(
             tmp_path,
             """
-            def run(a, b, BLOCK_M=128, BLOCK_N=64, BLOCK_K=32, GROUP_M=8, even_k=True,
+            def run(a, b, BLOCK_M=16, BLOCK_N=64, BLOCK_K=32, GROUP_M=8, even_k=True,
                     num_warps=4):
                 c = torch.empty((a.shape[0], b.shape[1]))
                 _mm[(1,)](a, b, c, 1, 1, 1, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
@@ -139,85 +140,67 @@ def test_dot_kernel_bounds_groups_booleans_and_stages_notice(tmp_path: Path) -> 
         )
     )
     assert spec.knobs == {
-        "BLOCK_M": (16, 32, 64, 128, 256),  # tl.dot: 16..256
-        "BLOCK_N": (16, 32, 64, 128, 256),
-        "BLOCK_K": (16, 32, 64, 128, 256),
-        "GROUP_M": (1, 2, 4, 8, 16),
-        "even_k": (False, True),
+        "BLOCK_M": (16, 32, 64, 128),  # tl.dot: 16..256; one tile, so never below the default
+        "BLOCK_N": (64, 128, 256),
+        "BLOCK_K": (32, 64, 128, 256),
         "num_warps": (1, 2, 4, 8, 16),
+        "num_stages": (1, 2, 3, 4, 5),  # tl.dot without num_stages at the launch: added
     }
-    assert spec.baseline_knobs["even_k"] is True
-    # tl.dot without num_stages at the launch: no stages knob, and a notice with the fix.
-    assert "num_stages" not in spec.knobs
-    assert "add a parameter `num_stages: int = 3` to run" in notices(spec)
+    # GROUP_M is named like a knob but this kernel never uses it: decided by use, not name.
+    # A boolean is a switch of the math, never a knob; the added option's baseline is
+    # Triton's default, so the baseline runs the source as written.
+    assert spec.baseline_knobs == {
+        "BLOCK_M": 16,
+        "BLOCK_N": 64,
+        "BLOCK_K": 32,
+        "num_warps": 4,
+        "num_stages": 3,
+    }
 
 
-def test_literals_at_the_launch_site_are_not_tuned_and_the_fix_is_named(tmp_path: Path) -> None:
+def test_literals_at_the_launch_site_are_knobs_around_the_literal(tmp_path: Path) -> None:
     spec = load_entry(
         entry(
             tmp_path,
             """
             def run(x):
                 out = torch.empty_like(x)
-                _copy[(1,)](x, out, x.numel(), BLOCK=512, num_warps=8, num_stages=3)
+                _copy[(triton.cdiv(x.numel(), 512),)](
+                    x, out, x.numel(), BLOCK=512, num_warps=8, num_stages=3
+                )
                 return out
             """,
         )
     )
-    assert spec.knobs == {} and spec.baseline_knobs == {}
-    text = notices(spec)
-    for name, value in (("BLOCK", 512), ("num_warps", 8), ("num_stages", 3)):
-        assert (
-            f"passes {name}={value} as a literal, so it cannot be tuned" in text
-            and f"add a parameter `{name}: int = {value}` to run and pass `{name}={name}`" in text
-        ), text
-    assert all(p.field == "knobs" and p.file.name == "m.py" for p in spec.notices)
-    source = (spec.directory / "m.py").read_text().splitlines()
-    launch = next(i for i, line in enumerate(source, 1) if "_copy[(1,)]" in line)
-    assert str(spec.notices[0]).startswith(
-        f"{spec.directory / 'm.py'}: field 'knobs': line {launch}: "
-    )
+    # The grid is computed from its own 512, not from the knob: the block may only grow.
+    assert spec.knobs == {
+        "BLOCK": (512, 1024, 2048, 4096),
+        "num_warps": (1, 2, 4, 8, 16),
+        "num_stages": (1, 2, 3, 4, 5),
+    }
+    assert spec.baseline_knobs == {"BLOCK": 512, "num_warps": 8, "num_stages": 3}
+    assert spec.notices == ()
 
 
-def test_parameters_without_a_literal_default_are_explained(tmp_path: Path) -> None:
+def test_parameters_without_a_literal_default_are_transformed(tmp_path: Path) -> None:
     spec = load_entry(
         entry(
             tmp_path,
             """
             def run(x, BLOCK, num_warps=2 ** 2, /, num_stages=None):
                 out = torch.empty_like(x)
-                _copy[(1,)](x, out, x.numel(), BLOCK=BLOCK, num_warps=num_warps,
-                            num_stages=num_stages)
-                return out
-            """,
-        )
-    )
-    assert spec.knobs == {}
-    text = notices(spec)
-    assert "BLOCK of run is positional-only" in text
-    assert "num_warps of run is positional-only" in text
-    assert "num_stages of run has the default `None`, not a literal" in text
-
-
-def test_no_default_and_non_literal_default(tmp_path: Path) -> None:
-    spec = load_entry(
-        entry(
-            tmp_path,
-            """
-            def run(x, BLOCK=2 ** 10, *, num_warps):
-                out = torch.empty_like(x)
                 _copy[(1,)](x, out, x.numel(), BLOCK=BLOCK, num_warps=num_warps)
                 return out
             """,
         )
     )
-    assert spec.knobs == {}
-    text = notices(spec)
-    assert "BLOCK of run has the default `2 ** 10`, not a literal int or bool" in text
-    assert "num_warps of run has no default" in text
+    # Whatever the caller passes, a candidate scales it (num_stages is not passed and the
+    # kernel has no tl.dot: not added).
+    assert spec.knobs == {"BLOCK": ("x1", "x2"), "num_warps": ("/4", "/2", "x1", "x2", "x4")}
+    assert spec.baseline_knobs == {"BLOCK": "x1", "num_warps": "x1"}
 
 
-def test_values_no_rule_covers_are_left_alone_with_a_notice(tmp_path: Path) -> None:
+def test_values_no_rule_covers_are_left_alone(tmp_path: Path) -> None:
     kernel = COPY_KERNEL.replace("BLOCK: tl.constexpr", "BLOCK: tl.constexpr, NUM_SM: tl.constexpr")
     spec = load_entry(
         entry(
@@ -232,13 +215,10 @@ def test_values_no_rule_covers_are_left_alone_with_a_notice(tmp_path: Path) -> N
         )
     )
     assert set(spec.knobs) == {"BLOCK", "num_warps"}
-    assert "launcher parameter num_sm (default 132) feeds NUM_SM, but no discovery rule" in (
-        notices(spec)
-    )
 
 
-def test_autotuned_kernels_missing_launches_and_declared_empty_knobs(tmp_path: Path) -> None:
-    autotuned = "\n@triton.autotune(configs=[], key=['n'])" + COPY_KERNEL
+def test_unreadable_autotune_missing_launches_and_declared_empty_knobs(tmp_path: Path) -> None:
+    autotuned = "\n@triton.autotune(configs=make_configs(), key=['n'])" + COPY_KERNEL
     launcher = """
         def run(x, BLOCK=256):
             out = torch.empty_like(x)
@@ -246,7 +226,7 @@ def test_autotuned_kernels_missing_launches_and_declared_empty_knobs(tmp_path: P
             return out
         """
     spec = load_entry(entry(tmp_path, launcher, kernel=autotuned))
-    assert spec.knobs == {} and "decorated with @triton.autotune" in notices(spec)
+    assert "configs are not a literal list of triton.Config" in notices(spec)
 
     spec = load_entry(entry(tmp_path, "def run(x, BLOCK=256):\n    return x.clone()\n"))
     assert spec.knobs == {} and "no launch `kernel[grid](...)`" in notices(spec)
@@ -281,7 +261,7 @@ def test_examples_without_knobs_discover_their_declared_space(tmp_path: Path, na
     del doc["knobs"]
     (copy / "kernel.yaml").write_text(yaml.safe_dump(doc))
     found = load_entry(copy)
-    assert not found.knobs_declared and found.notices == ()
+    assert not found.knobs_declared
     assert list(found.knobs) == list(declared.knobs)  # same knobs, launcher order
     assert found.baseline_knobs == declared.baseline_knobs
     for knob, values in declared.knobs.items():
@@ -327,4 +307,69 @@ def test_tuning_an_entry_with_discovered_knobs(tmp_path: Path, write_entry: Writ
             t.knobs[k] in spec.knobs[k] or t.provenance is Provenance.ORIGINAL for k in spec.knobs
         )
     assert len({t.candidate_id for t in trials}) == 3
+    store.close()
+
+
+ROWS_SOURCE = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rows(x_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK_SIZE)
+    mask = offs < n
+    tl.store(out_ptr + row * n + offs, tl.load(x_ptr + row * n + offs, mask=mask) * 2, mask=mask)
+
+
+def settings(n):
+    return triton.next_power_of_2(n), 4
+
+
+def double_rows(x):
+    BLOCK_SIZE, num_warps = settings(x.shape[1])
+    out = torch.empty_like(x)
+    _rows[(x.shape[0],)](x, out, x.shape[1], BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps)
+    return out
+
+
+def make_inputs(shape, dtype, device, seed):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(shape["M"], shape["N"], generator=g).to(dtype).to(device),)
+"""
+
+
+def test_tuning_injected_knobs_runs_generated_copies(tmp_path: Path) -> None:
+    """The launcher takes no knob: every candidate is a generated copy run by the worker."""
+    directory = tmp_path / "reg" / "rows"
+    directory.mkdir(parents=True)
+    (directory / "rows.py").write_text(ROWS_SOURCE)
+    doc = {
+        "name": "rows",
+        "module": "rows.py",
+        "launcher": "double_rows",
+        "inputs": "make_inputs",
+        "shapes": [{"M": 4, "N": 100, "perf": True}, {"M": 3, "N": 37}],
+        "dtypes": ["float32"],
+    }
+    (directory / "kernel.yaml").write_text(yaml.safe_dump(doc))
+    spec = scan_registry(directory.parent).entries[0]
+    assert spec.knobs == {"BLOCK_SIZE": ("x1", "x2"), "num_warps": ("/4", "/2", "x1", "x2", "x4")}
+    assert spec.baseline_knobs == {"BLOCK_SIZE": "x1", "num_warps": "x1"}
+    store = SqliteStore(tmp_path / "s.sqlite")
+    report = tune_registry(
+        directory.parent,
+        store=store,
+        state_dir=tmp_path / "state",
+        settings=TuneSettings(budget=3, seed=1),
+        evaluation=EvaluationSettings(interpreter=True),
+    )
+    trials = store.trials(spec.name, spec.generation, store.record_fingerprint(report.fingerprint))
+    assert [t.provenance for t in trials] == [Provenance.ORIGINAL, *[Provenance.PARAMETRIC] * 3]
+    assert trials[0].knobs == {"BLOCK_SIZE": "x1", "num_warps": "x1"}
+    for t in trials:  # the copies ran (no "unexpected keyword" from the launcher) and passed
+        assert t.result.outcome is Outcome.OK, t.result.reason
+    assert len({t.candidate_id for t in trials}) == 4
     store.close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tuned.acceptance import Interval
@@ -35,6 +35,8 @@ class Rows:
     store: SqliteStore
     spec: KernelSpec
     fingerprint: str
+    #: Per-case medians of each candidate's first evaluation (for side-by-side records).
+    medians: dict[str, Mapping[str, float]] = field(default_factory=dict)
 
     @classmethod
     def open(
@@ -82,9 +84,45 @@ class Rows:
         self.store.record_evaluation(
             candidate, self.fingerprint, result, started_at=1.0e9, wall_s=1.0
         )
+        self.medians[candidate.id] = dict(medians)
         return candidate
 
+    def compare(
+        self,
+        candidate: Candidate,
+        against: Candidate,
+        medians: Mapping[str, float] | None = None,
+        *,
+        times: int = 1,
+        against_medians: Mapping[str, float] | None = None,
+    ) -> None:
+        """Record ``times`` side-by-side measurements of ``candidate`` against ``against``
+        (an evaluation timed interleaved with it, naming it): by default at both first
+        evaluations' medians, on the cases both have."""
+        mine = dict(medians or self.medians[candidate.id])
+        theirs = dict(against_medians or self.medians[against.id])
+        common = [k for k in mine if k in theirs]
+        for _ in range(times):
+            result = EvalResult(
+                Outcome.OK,
+                time_s=math.exp(sum(math.log(mine[k]) for k in common) / len(common)),
+                timings={k: mine[k] for k in common},
+                timing_kind="interpreter",
+                metadata={
+                    "samples": {k: _samples(mine[k]) for k in common},
+                    "incumbent_samples": {k: _samples(theirs[k]) for k in common},
+                    "incumbent_id": against.id,
+                    "remeasure": True,
+                },
+            )
+            self.store.record_evaluation(
+                candidate, self.fingerprint, result, started_at=1.0e9, wall_s=1.0
+            )
+
     def accept(self, candidate: Candidate, over: Candidate, speedup: float = 1.5) -> None:
+        """Record the acceptance of ``candidate`` over ``over``, with the two side-by-side
+        measurements it rests on (as the campaign records them)."""
+        self.compare(candidate, over, times=2)
         interval = Interval(speedup, speedup * 0.9, speedup * 1.1).to_dict()
         self.store.record_acceptance(
             candidate,

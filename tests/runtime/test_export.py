@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.runtime.rows import ROOT, Rows, example
-from tests.runtime.test_dispatch import A_KNOBS, B_KNOBS, LARGE, SMALL, per_shape_store
+from tests.runtime.test_dispatch import A_KNOBS, B_KNOBS, LARGE, SMALL, _xy, per_shape_store
+from tuned.runtime import load
 
 
 def ktuned(*args: str | Path, state: Path) -> subprocess.CompletedProcess[str]:
@@ -117,6 +118,8 @@ def test_exported_variant_tampered_with_is_refused(tmp_path: Path) -> None:
     rows = Rows.open(tmp_path / "state", spec)
     source = spec.module_source + "\n# rewritten\n"
     llm = rows.evaluate(rows.candidate(B_KNOBS, source=source), {SMALL: 1.8e-3, LARGE: 7e-3})
+    base = {SMALL: 2.0e-3, LARGE: 20e-3}  # per_shape_store's original
+    rows.compare(llm, rows.candidate(original=True), times=2, against_medians=base)
     rows.store.close()
     out = tmp_path / "va_llm"
     assert ktuned("export", "vector_add", "--out", out, state=tmp_path / "state").returncode == 0
@@ -154,3 +157,27 @@ def test_status_shows_per_shape_bests_and_export_needs_results(tmp_path: Path) -
     assert none.returncode == 2 and "nothing to export" in none.stderr
     missing = ktuned("export", "vector_add", state=tmp_path)
     assert missing.returncode == 2 and "--out" in missing.stderr
+
+
+def test_an_unconfirmed_per_shape_best_is_neither_dispatched_nor_exported(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    rows = Rows.open(state, example("vector_add"))
+    base = rows.evaluate(rows.candidate(original=True), {SMALL: 2.0e-3, LARGE: 20e-3})
+    a = rows.evaluate(rows.candidate(A_KNOBS), {SMALL: 1.0e-3, LARGE: 12e-3})
+    # B is the fastest on LARGE by its own first median (what used to ship it there) ...
+    b = rows.evaluate(rows.candidate(B_KNOBS), {SMALL: 1.8e-3, LARGE: 8e-3})
+    rows.accept(a, base)
+    # ... but side by side with the original it won once, then lost (re-measured: slower).
+    rows.compare(b, base)
+    rows.compare(b, base, {SMALL: 2.2e-3, LARGE: 21e-3})
+    rows.store.close()
+
+    kernel = load("vector_add", store=state)
+    assert [v.candidate_id for v in kernel.variants] == [a.id]
+    assert kernel.route(_xy(1 << 20)).candidate_id == a.id
+    out = tmp_path / "va"
+    assert ktuned("export", "vector_add", "--out", out, state=state).returncode == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert b.id not in {v["candidate"] for v in manifest["variants"]}
+    shapes = {s["label"]: s for s in manifest["shapes"]}
+    assert manifest["variants"][shapes[LARGE]["variant"]]["candidate"] == a.id

@@ -136,8 +136,9 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
 
 def test_not_a_database_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "s.sqlite").write_bytes(b"this is not sqlite" * 100)
-    with pytest.raises(StoreError, match="cannot open the store"):
+    with pytest.raises(StoreError, match=r"is damaged .*file is not a database.*move it aside"):
         SqliteStore(tmp_path / "s.sqlite")
+    assert (tmp_path / "s.sqlite").read_bytes() == b"this is not sqlite" * 100
 
 
 def test_a_failed_write_saves_nothing_and_says_so(tmp_path: Path, spec: KernelSpec) -> None:

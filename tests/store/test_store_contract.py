@@ -54,9 +54,15 @@ def record(
     store.record_evaluation(c, fid, result, started_at=at, wall_s=1.0)
 
 
-def accept(store: Store, c: Candidate, fid: str, status: str = "accepted") -> None:
+#: The interval every acceptance of these tests records (not the ratio of the stored times).
+INTERVAL = {"speedup": 1.25, "low": 1.1, "high": 1.4}
+
+
+def accept(
+    store: Store, c: Candidate, fid: str, status: str = "accepted", incumbent: str = "baseline"
+) -> None:
     store.record_acceptance(
-        c, fid, incumbent_id="baseline", status=status, first={"low": 1.1}, second=None
+        c, fid, incumbent_id=incumbent, status=status, first=INTERVAL, second=None
     )
 
 
@@ -85,10 +91,12 @@ def test_records_round_trip_and_survive_reopening(open_any: StoreFactory, spec: 
     assert trials[2].result.outcome is Outcome.COMPILE_ERROR
     best = store.best(spec.name)
     assert best is not None and best.candidate_id == base.id  # faster is not accepted yet
-    accept(store, fast, fid, "held")
-    accept(store, fast, fid)
+    accept(store, fast, fid, "held", incumbent=base.id)
+    accept(store, fast, fid, incumbent=base.id)
     best = store.best(spec.name)
-    assert best is not None and best.candidate_id == fast.id and best.speedup == 4.0
+    # The speedup shown is the acceptance's side-by-side ratio, not 2.0 s / 0.5 s.
+    assert best is not None and best.candidate_id == fast.id and best.speedup == 1.25
+    assert best.measured is not None and best.measured.source == "acceptance"
     assert best.knobs == {"BLOCK": 1024, "num_warps": 4}
     assert store.incumbent(spec.name, spec.generation, fid) == fast.id
     assert [a["status"] for a in store.acceptances(spec.name)] == ["held", "accepted"]
@@ -129,7 +137,7 @@ def test_read_models(open_any: StoreFactory, spec: KernelSpec) -> None:
     [k] = store.kernel_progress()
     assert (k.baseline_s, k.best_s, k.best_at, k.evaluations) == (1.0, 1.0, 101.0, 1)
     record(store, fast, fid, 0.5, at=200)
-    accept(store, fast, fid)
+    accept(store, fast, fid, incumbent=base.id)
     record(store, cand(spec, 128), fid, None, outcome=Outcome.COMPILE_ERROR, at=300)
     record(store, cand(spec, 512, parent=fast.id), fid, 0.4, at=400)
     [k] = store.kernel_progress([spec.name])
@@ -138,7 +146,7 @@ def test_read_models(open_any: StoreFactory, spec: KernelSpec) -> None:
         4,
         1.0,
         0.5,
-        2.0,
+        1.25,  # the acceptance's ratio (the stored times say 2.0)
     )
     assert store.kernel_progress([]) == []
 

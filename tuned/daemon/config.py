@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from policies import DEFAULT_POLICY
 from policies.masks import MaskSettings
 from tuned.config_checks import Check, boolean, number
@@ -26,6 +24,7 @@ from tuned.evaluation.client import EvaluationSettings
 from tuned.llm.settings import LlmSettings, llm_checks
 from tuned.paths import default_state_dir
 from tuned.settings import ProfilingConfig
+from tuned.yaml_files import YamlFileError, load_yaml_file
 
 __all__ = [
     "ConfigError",
@@ -46,8 +45,11 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def default_registry() -> Path:
-    """The example registry shipped with ktuned (``examples/registry`` beside the packages)."""
-    return Path(__file__).resolve().parents[2] / "examples" / "registry"
+    """The example registry shipped with ktuned: ``examples/registry`` beside the packages in
+    a source tree, else the wheel's copy (``tuned/deploy_files/registry``)."""
+    here = Path(__file__).resolve().parents[1]
+    tree = here.parent / "examples" / "registry"
+    return tree if tree.is_dir() else here / "deploy_files" / "registry"
 
 
 def _default_state_dir() -> Path:
@@ -303,8 +305,15 @@ def _store_url(value: object) -> tuple[Any, str | None]:
     return value, None
 
 
+def _state_dir(value: object) -> tuple[Any, str | None]:
+    path, allowed = _path(value)
+    if allowed is None and path.exists() and not path.is_dir():
+        return None, f"a directory (created if missing); {path} exists and is not a directory"
+    return path, allowed
+
+
 _TOP: dict[str, Check] = {
-    "state_dir": _path,
+    "state_dir": _state_dir,
     "store": _store_url,
     "fleet_lease_s": number(0.0),
     "device": _choice(DEVICES),
@@ -370,14 +379,10 @@ def _section(name: str, raw: object, problems: list[str]) -> object | None:
 
 def load_config(path: Path) -> DaemonConfig:
     """Read and validate ``path``; :class:`ConfigError` (exit 2) on any problem."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(str(path), [f"cannot read the file: {exc.strerror or exc}"]) from exc
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(str(path), [f"not valid YAML: {exc}"]) from exc
+    try:  # regular files only, 1 MiB, UTF-8, unique keys, bounded aliases and depth
+        doc = load_yaml_file(path, what="configuration file")
+    except YamlFileError as exc:
+        raise ConfigError(str(path), [str(exc)]) from None
     return parse_config(doc, source=str(path))
 
 

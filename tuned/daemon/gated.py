@@ -6,7 +6,12 @@ evaluations (1) run inside the daemon's *interruptible* section, where a stop re
 long evaluation (the candidate is recorded, its result is not, and the next start evaluates
 it again); and (2) on a GPU, are bracketed by the monitor's throttle mark: a measurement taken
 while clocks were held down is discarded and redone, up to ``retries`` times, and then
-recorded as ``gpu_busy`` rather than as a slow candidate.
+recorded as ``gpu_busy`` rather than as a slow candidate. It also counts the workers that
+take over by why the previous one went (``starts_by_reason``, ``ktuned_worker_starts_total``):
+``start`` (the first), ``crash`` (the worker died, or reported its CUDA context broken),
+``timeout`` (a phase overran and its group was killed), ``confirm`` (the acceptance rule's
+re-measurement in a fresh worker, :meth:`fresh`) and ``recycle`` (any other replacement: the
+worker exited between evaluations, or the daemon stopped it). Only ``crash`` means trouble.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -22,10 +28,11 @@ from typing import Any
 from tuned.daemon.gpu import GpuMonitor
 from tuned.errors import TunedError
 from tuned.evaluation.client import EvaluationSettings, WorkerClient
+from tuned.metrics.live import WORKER_START_REASONS
 from tuned.outcomes import Candidate, EvalResult, Outcome
 from tuned.registry.spec import KernelSpec
 
-__all__ = ["GatedWorkerClient", "ShutdownRequested"]
+__all__ = ["WORKER_START_REASONS", "GatedWorkerClient", "ShutdownRequested"]
 
 log = logging.getLogger(__name__)
 
@@ -54,14 +61,40 @@ class GatedWorkerClient(WorkerClient):
         self.retries = retries
         self.interruptible = interruptible
         self.discarded = 0
+        #: Workers that took over, by why the previous one went (the module docstring).
+        self.starts_by_reason = dict.fromkeys(WORKER_START_REASONS, 0)
+        self._next_reason = "start"
+        self._reaping: set[int] = set()  # pids of killed workers a thread waits for
 
     def own_pids(self) -> set[int]:
         """This process, the worker and its spares: their GPU use is not foreign work."""
         return {os.getpid(), *self.pids()}
 
     def start(self) -> dict[str, str]:
+        child = self._child
+        replacing = child is None or child.proc.poll() is not None or not self.fingerprint
         with self.interruptible():
-            return super().start()
+            fingerprint = super().start()
+        if replacing:
+            self.starts_by_reason[self._next_reason] += 1
+            self._next_reason = "recycle"  # unless a crash, timeout or fresh() says otherwise
+        return fingerprint
+
+    def fresh(self) -> None:
+        """:meth:`WorkerClient.fresh`, counted as a ``confirm`` start when the next one runs.
+
+        The old worker is killed without waiting (a CUDA process takes a second or two to
+        exit); a thread waits for it, so it never stays a zombie while the daemon runs."""
+        if self._child is not None:
+            self._next_reason = "confirm"
+        super().fresh()
+        for proc in self._dying:
+            if proc.pid not in self._reaping:
+                self._reaping.add(proc.pid)
+                threading.Thread(
+                    target=proc.wait, name=f"ktuned-reap-{proc.pid}", daemon=True
+                ).start()
+        self._reaping &= {proc.pid for proc in self._dying}
 
     def evaluate(
         self, spec: KernelSpec, candidate: Candidate, *args: Any, **kwargs: Any
@@ -72,6 +105,9 @@ class GatedWorkerClient(WorkerClient):
             mark = self.monitor.throttle_mark()
             with self.interruptible():
                 result = super().evaluate(spec, candidate, *args, **kwargs)
+            if self._child is None and result.outcome is not Outcome.REJECTED_STATIC:
+                # The worker was killed or died during the evaluation: the next one replaces it.
+                self._next_reason = "timeout" if result.outcome is Outcome.TIMEOUT else "crash"
             if result.outcome is not Outcome.OK or result.timing_kind != "gpu":
                 return result
             throttled = self.monitor.throttled_since(mark)

@@ -11,11 +11,22 @@ where there is no GPU or no NVML and says so once. Tests inject their own monito
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["GpuDevice", "GpuMonitor", "NoGpuMonitor", "NvmlMonitor", "ThrottleMark", "open_monitor"]
+__all__ = [
+    "GpuDevice",
+    "GpuMonitor",
+    "NoGpuMonitor",
+    "NvmlMonitor",
+    "ThrottleMark",
+    "interpreter_mode",
+    "open_monitor",
+]
 
 log = logging.getLogger(__name__)
 
@@ -220,3 +231,25 @@ def open_monitor(
 
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def interpreter_mode(device: str) -> bool:
+    """``device`` resolved as ``ktuned tune`` does, but probing CUDA in a short-lived child:
+    the daemon itself never imports torch (hundreds of MiB it would keep for months)."""
+    from tuned.tuning import detect_interpreter
+
+    if device != "auto" or os.environ.get("TRITON_INTERPRET") == "1":
+        return detect_interpreter(device)
+    probe = "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 3)"
+    try:
+        code = subprocess.run([sys.executable, "-c", probe], timeout=300, check=False).returncode
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("could not probe for CUDA (%s): using Triton's interpreter", exc)
+        return True
+    if code != 0:
+        log.warning(
+            "no CUDA GPU found: kernels run in Triton's interpreter on the CPU; "
+            "correctness is real, timings are interpreter timings"
+        )
+        return True
+    return False

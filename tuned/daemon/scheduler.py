@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from tuned.daemon.config import SchedulerConfig
 from tuned.outcomes import Outcome, Provenance
 from tuned.store.base import TrialRow
+from tuned.store.overview import kernel_state
 
 __all__ = ["KernelTrack", "Scheduler"]
 
@@ -61,15 +62,15 @@ class KernelTrack:
     retry_at: float = float("inf")  # when a kernel in needs_llm is tried again
 
     def state(self, config: SchedulerConfig) -> str:
-        if self.failed:
-            return "failed"
-        if self.needs_llm:
-            return "needs_llm"
-        if self.finished:
-            return "exhausted"
-        if not self.has_baseline:
-            return "new"
-        return "converged" if self.since_gain >= config.converge_after else "tuning"
+        """The rule `ktuned status` and `ktuned report` derive from the store, too."""
+        return kernel_state(
+            failed=self.failed,
+            needs_llm=bool(self.needs_llm),
+            finished=bool(self.finished),
+            has_baseline=self.has_baseline,
+            since_gain=self.since_gain,
+            converge_after=config.converge_after,
+        )
 
     def headroom(self) -> float:
         if self.space_size <= 0:

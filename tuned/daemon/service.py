@@ -17,8 +17,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,8 +24,10 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, ProcessCollector
 
 from tuned.daemon.config import DaemonConfig, load_config
+from tuned.daemon.gated import WORKER_START_REASONS as START_REASONS
 from tuned.daemon.gated import GatedWorkerClient, ShutdownRequested
-from tuned.daemon.gpu import GpuMonitor, open_monitor
+from tuned.daemon.gpu import GpuMonitor, interpreter_mode, open_monitor
+from tuned.daemon.journal import BestJournal
 from tuned.daemon.notify import Notifier, Watchdog
 from tuned.daemon.scheduler import Scheduler
 from tuned.daemon.signals import SignalGate
@@ -69,28 +69,6 @@ def _nvml_monitor(config: DaemonConfig, interpreter: bool) -> GpuMonitor:
         busy_utilization_percent=config.gpu.busy_utilization_percent,
         busy_memory_bytes=config.gpu.busy_memory_bytes,
     )
-
-
-def _interpreter_mode(device: str) -> bool:
-    """``device`` resolved as ``ktuned tune`` does, but probing CUDA in a short-lived child:
-    the daemon itself never imports torch (hundreds of MiB it would keep for months)."""
-    from tuned.tuning import detect_interpreter
-
-    if device != "auto" or os.environ.get("TRITON_INTERPRET") == "1":
-        return detect_interpreter(device)
-    probe = "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 3)"
-    try:
-        code = subprocess.run([sys.executable, "-c", probe], timeout=300, check=False).returncode
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        log.warning("could not probe for CUDA (%s): using Triton's interpreter", exc)
-        return True
-    if code != 0:
-        log.warning(
-            "no CUDA GPU found: kernels run in Triton's interpreter on the CPU; "
-            "correctness is real, timings are interpreter timings"
-        )
-        return True
-    return False
 
 
 #: Longest a fleet daemon's step waits for other daemons' claims before it moves on.
@@ -186,6 +164,7 @@ class Daemon:
         else:
             self._store = open_store(url)
         log.info("store: %s", redact(url))
+        self._journal = BestJournal(self._store)
         registry = CollectorRegistry()
         self._collector = StoreCollector(
             url,
@@ -197,7 +176,7 @@ class Daemon:
         ProcessCollector(registry=registry)
         self.server = MetricsServer(host=cfg.metrics.host, port=cfg.metrics.port, registry=registry)
         self.server.start()
-        interpreter = _interpreter_mode(cfg.device)
+        interpreter = interpreter_mode(cfg.device)
         lanes = cfg.gpu.lanes
         self._monitors = [
             self.monitor_factory(
@@ -367,6 +346,7 @@ class Daemon:
         self.live.update(daemon_state="tuning", current_kernel=name)
         self.notifier.status(self._status_line())
         stale_id = self.scheduler.revalidation(name)
+        self._journal.before(name)
         with self.watchdog.busy(self._evaluation_bound()):
             if stale_id is not None:  # a stale best goes before any new candidate
                 row = revalidate(campaign, stale_id)
@@ -377,6 +357,7 @@ class Daemon:
                 row = self._pipeline.step(campaign)
             else:
                 row = campaign.step()
+        self._journal.after(name)  # one `event=best` line per accepted best
         now = time.time()
         if row is None and campaign.needs_llm:
             # A reference entry waiting for the LLM (docs/llm.md): without one configured
@@ -607,11 +588,11 @@ class Daemon:
             self._hardware.set_fingerprint(fingerprint)
 
     def _publish(self) -> None:
-        restarts = sum(max(0, lane.starts - 1) for lane in self._lanes)
+        starts = {r: sum(lane.starts_by_reason[r] for lane in self._lanes) for r in START_REASONS}
         discarded = sum(lane.discarded for lane in self._lanes)
         self.live.update(
             kernel_states=self.scheduler.states(),
-            worker_restarts_total=restarts,
+            worker_starts=starts,
             discarded_total=discarded,
             profiling_state=self._hardware.state if self._hardware else "disabled",
         )

@@ -1,22 +1,41 @@
 """Inputs and reference outputs kept across evaluations in one worker process.
 
-Building a case's inputs (``make_inputs`` draws them on the CPU from a seed, then copies them
-to the device) and running the reference dominated an evaluation on a GPU: on an H100 a
-matmul evaluation spent most of its ~5 s there, not in the candidate. Both depend only on the
-kernel's original module and the case (shape, dtype, seed), never on the candidate, so a
-long-lived worker computes them once.
+Building a case's inputs (``make_inputs``) and running the reference dominated an evaluation
+on a GPU: on an H100, layer_norm at 16384x8192 float32 spent 13 to 16 s per candidate there,
+not in the candidate. Both depend only on the kernel's original module and the case (shape,
+dtype, seed), never on the candidate, so a long-lived worker computes them once per case and
+device, and keeps them.
+
+Where they are kept (two tiers):
+
+- **Resident** (on the device the case was made on): as much as fits in the free device
+  memory minus a margin for the candidate's own work (``margin_fraction`` of the device's
+  memory, at least ``margin_bytes``), read from ``torch.cuda.mem_get_info`` (plus what
+  PyTorch's allocator holds unused) at each admission, and never above ``capacity_bytes``
+  when one is given. On a CPU the resident tier is host memory bounded by ``capacity_bytes``.
+- **Spilled** (host memory, pinned when the case lives on a GPU, so copying it back runs at
+  the bus's full rate): what does not fit resident, up to ``spill_bytes`` (16 GiB, or a
+  sixteenth of the host's memory if less). A hit copies it to
+  the device; it is never rebuilt.
+
+No thrashing: an evaluation visits the same cases in the same order as the one before it, and
+a least-recently-used cache smaller than that cycle evicts exactly the entry that is needed
+next (0 hits on the example registry's perf shapes). Here an entry, once admitted, stays
+where it is while its group (the first item of a tuple key: the worker's kernel) is the one
+in use; room is made only by evicting entries of *other* groups (a kernel the worker no longer
+serves), least recently used first. What still does not fit goes to the spill tier, or, when
+neither has room, is handed out and not kept (it is made again next time: a ``miss``).
 
 Integrity is kept by three rules:
 
 - **Candidate code never sees a cached tensor.** :meth:`CaseCache.inputs` returns fresh
-  clones of the pristine inputs on every call; a candidate that writes into its inputs
-  changes its own clone only.
+  copies of the pristine inputs on every call; a candidate that writes into its inputs
+  changes its own copy only.
 - **Cached tensors are verified on every hit.** A cheap signature of each pristine input
   (float64 sum and a strided sample) is stored with it; when it no longer matches (something
   in the process reached the cached tensor), the entry and the references computed from it
   are dropped and rebuilt, and ``tampered`` is counted.
-- **Memory is bounded.** Entries are evicted least recently used first so that the tensors
-  held stay under ``capacity_bytes``; an entry larger than the capacity is not kept.
+- **Memory is bounded**, as above.
 
 Not thread-safe: the worker serves one evaluation at a time.
 """
@@ -24,25 +43,54 @@ Not thread-safe: the worker serves one evaluation at a time.
 from __future__ import annotations
 
 import math
+import os
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DEFAULT_CAPACITY_BYTES", "CacheStats", "CaseCache"]
+__all__ = [
+    "DEFAULT_CAPACITY_BYTES",
+    "DEFAULT_SPILL_BYTES",
+    "CacheStats",
+    "CaseCache",
+]
 
-#: Default bound of what one worker keeps (device memory on a GPU, host memory otherwise).
+#: Bound of the resident tier when none is given and the cases are not on a GPU (a GPU's is
+#: sized from its free memory). ``0`` passed to :meth:`CaseCache.resize` means "automatic".
 DEFAULT_CAPACITY_BYTES = 2 << 30
+
+
+def _default_spill_bytes() -> int:
+    """16 GiB, or a sixteenth of the host's memory if less (a GPU box runs a worker and its
+    spares, each with its own cache)."""
+    try:
+        host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not POSIX: no way to ask
+        return 16 << 30
+    return int(min(16 << 30, host // 16))
+
+
+#: Bound of the host spill tier (pinned memory when the cases live on a GPU).
+DEFAULT_SPILL_BYTES = _default_spill_bytes()
 
 
 @dataclass
 class CacheStats:
-    """Counters since the worker started (reported in each result's metadata)."""
+    """Counters since the worker started (reported in each result's metadata).
+
+    ``hits`` counts every hit (``spill_hits`` of them served from the spill tier);
+    ``misses`` every entry made or computed again.
+    """
 
     hits: int = 0
     misses: int = 0
     evictions: int = 0
     tampered: int = 0
+    spill_hits: int = 0
+    spilled: int = 0  # entries placed in the spill tier
+    resident_bytes: int = 0
+    spill_bytes: int = 0
 
     def to_dict(self) -> dict[str, int]:
         return {
@@ -50,6 +98,10 @@ class CacheStats:
             "misses": self.misses,
             "evictions": self.evictions,
             "tampered": self.tampered,
+            "spill_hits": self.spill_hits,
+            "spilled": self.spilled,
+            "resident_bytes": self.resident_bytes,
+            "spill_bytes": self.spill_bytes,
         }
 
 
@@ -57,6 +109,10 @@ class CacheStats:
 class _Entry:
     value: Any
     nbytes: int
+    group: Hashable
+    spilled: bool = False
+    #: The device the value was made on (``None``: CPU); a spilled value goes back there.
+    device: Any = None
     signature: tuple[float, ...] = ()
     #: Keys of reference entries computed from these inputs (dropped with them).
     dependents: set[Hashable] = field(default_factory=set)
@@ -71,6 +127,14 @@ def _tensors(value: Any) -> list[Any]:
 
 def _nbytes(value: Any) -> int:
     return sum(int(t.numel()) * int(t.element_size()) for t in _tensors(value))
+
+
+def _device_of(value: Any) -> Any:
+    """The CUDA device of the first CUDA tensor of ``value`` (``None``: none on a GPU)."""
+    for t in _tensors(value):
+        if t.is_cuda:
+            return t.device
+    return None
 
 
 def _signature(value: Any) -> tuple[float, ...]:
@@ -90,79 +154,122 @@ def _signature(value: Any) -> tuple[float, ...]:
     return tuple(math.inf if v != v else v for v in out)
 
 
-def _clone(value: Sequence[Any]) -> list[Any]:
+def _map(value: Any, fn: Callable[[Any], Any]) -> Any:
+    """``value`` with ``fn`` applied to each tensor (a sequence stays a list)."""
     import torch
 
-    return [x.clone() if isinstance(x, torch.Tensor) else x for x in value]
+    if isinstance(value, (list, tuple)):
+        return [fn(x) if isinstance(x, torch.Tensor) else x for x in value]
+    return fn(value) if isinstance(value, torch.Tensor) else value
+
+
+def _to_host(value: Any, pin: bool) -> Any:
+    def move(t: Any) -> Any:
+        host = t.detach().to("cpu", copy=True)
+        return host.pin_memory() if pin else host
+
+    return _map(value, move)
+
+
+def _to_device(value: Any, device: Any) -> Any:
+    return _map(value, lambda t: t.to(device, non_blocking=True, copy=True))
 
 
 class CaseCache:
-    """Pristine inputs per ``(kernel, shape, dtype, seed)`` and reference outputs per case."""
+    """Pristine inputs per ``(kernel, shape, dtype, seed)`` and reference outputs per case.
 
-    def __init__(self, capacity_bytes: int = DEFAULT_CAPACITY_BYTES) -> None:
+    ``capacity_bytes``: bound of the resident tier (``None``: from the device's free memory
+    on a GPU, :data:`DEFAULT_CAPACITY_BYTES` otherwise); ``spill_bytes``: of the host tier.
+    """
+
+    def __init__(
+        self,
+        capacity_bytes: int | None = None,
+        *,
+        spill_bytes: int = DEFAULT_SPILL_BYTES,
+        margin_fraction: float = 0.2,
+        margin_bytes: int = 4 << 30,
+    ) -> None:
         self.capacity_bytes = capacity_bytes
+        self.spill_bytes = spill_bytes
+        self.margin_fraction = margin_fraction
+        self.margin_bytes = margin_bytes
         self.stats = CacheStats()
         self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()
-        self._held = 0
+        self._group: Hashable = None  # the group of the latest request
 
     @property
     def held_bytes(self) -> int:
-        """Bytes of the tensors currently kept."""
-        return self._held
+        """Bytes of the tensors kept resident."""
+        return self.stats.resident_bytes
 
-    def resize(self, capacity_bytes: int) -> None:
-        """Change the bound; evicts at once when the cache holds more."""
-        self.capacity_bytes = max(0, capacity_bytes)
-        self._evict(0)
+    def resize(self, capacity_bytes: int | None, spill_bytes: int | None = None) -> None:
+        """Change the bounds (``None`` or ``0``: automatic); evicts at once when over."""
+        self.capacity_bytes = capacity_bytes if capacity_bytes else None
+        if spill_bytes is not None:
+            self.spill_bytes = max(0, spill_bytes)
+        for spilled in (False, True):
+            while self._over(spilled) and self._victim(spilled, any_group=True) is not None:
+                self._evict(spilled, any_group=True)
 
     def clear(self) -> None:
         self._entries.clear()
-        self._held = 0
+        self.stats.resident_bytes = self.stats.spill_bytes = 0
 
     def inputs(self, key: Hashable, make: Callable[[], Sequence[Any]]) -> list[Any]:
-        """Clones of the pristine inputs under ``key``, made with ``make()`` on a miss.
+        """Fresh copies of the pristine inputs under ``key``, made with ``make()`` on a miss.
 
         ``make`` raising propagates and caches nothing. The caller owns what it gets back.
         """
-        entry = self._get(("inputs", key))
-        if entry is not None and _signature(entry.value) != entry.signature:
+        self._group = _group_of(key)
+        full = ("inputs", key)
+        entry = self._get(full)
+        if entry is not None:
+            handed = (
+                _to_device(entry.value, entry.device)
+                if entry.spilled
+                else _map(entry.value, lambda t: t.clone())
+            )
+            # Checked on what is handed out for a spilled entry (a fresh device copy of it).
+            if _signature(handed) == entry.signature:
+                self._hit(entry)
+                return list(handed)
             self.stats.tampered += 1
-            self._drop(("inputs", key))
-            entry = None
-        if entry is None:
-            self.stats.misses += 1
-            pristine = list(make())
-            handed = _clone(pristine)
-            self._put(("inputs", key), _Entry(pristine, _nbytes(pristine), _signature(pristine)))
-            return handed
-        self.stats.hits += 1
-        return _clone(entry.value)
+            self._drop(full)
+        self.stats.misses += 1
+        pristine = list(make())
+        handed = _map(pristine, lambda t: t.clone())
+        self._put(full, pristine, _signature(pristine))
+        return list(handed)
 
     def reference(self, inputs_key: Hashable, key: Hashable, compute: Callable[[], Any]) -> Any:
         """The reference outputs under ``key``, computed from the inputs under ``inputs_key``.
 
-        The outputs are returned as stored: the caller only reads them (compares, never hands
-        them to candidate code). They are dropped whenever their inputs are.
+        The outputs are returned as stored (resident) or as a fresh device copy (spilled): the
+        caller only reads them (compares, never hands them to candidate code). They are
+        dropped whenever their inputs are.
         """
+        self._group = _group_of(inputs_key)
         full = ("reference", inputs_key, key)
         entry = self._get(full)
         if entry is not None:
-            self.stats.hits += 1
-            return entry.value
+            self._hit(entry)
+            return _to_device(entry.value, entry.device) if entry.spilled else entry.value
         self.stats.misses += 1
         value = compute()
         parent_key = ("inputs", inputs_key)
-        if self._get(parent_key) is None:  # inputs not kept: neither is their reference
+        if parent_key not in self._entries:  # inputs not kept: neither is their reference
             return value
-        if self._put(full, _Entry(value, _nbytes(value))):
-            parent = self._entries.get(parent_key)
-            if parent is None:  # evicted to make room: the reference goes with it
-                self._drop(full)
-            else:
-                parent.dependents.add(full)
+        if self._put(full, value, ()):
+            self._entries[parent_key].dependents.add(full)
         return value
 
     # -- internals
+
+    def _hit(self, entry: _Entry) -> None:
+        self.stats.hits += 1
+        if entry.spilled:
+            self.stats.spill_hits += 1
 
     def _get(self, key: Hashable) -> _Entry | None:
         entry = self._entries.get(key)
@@ -170,25 +277,84 @@ class CaseCache:
             self._entries.move_to_end(key)
         return entry
 
-    def _put(self, key: Hashable, entry: _Entry) -> bool:
-        if entry.nbytes > self.capacity_bytes:
-            return False
+    def _put(self, key: Hashable, value: Any, signature: tuple[float, ...]) -> bool:
+        """Keep ``value`` resident if it fits, else spilled if that fits; ``False``: neither."""
         self._drop(key)
-        self._evict(entry.nbytes)
-        self._entries[key] = entry
-        self._held += entry.nbytes
-        return True
+        nbytes = _nbytes(value)
+        device = _device_of(value)
+        group = self._group
+        for spilled in (False, True):
+            while not self._fits(nbytes, spilled, device) and self._victim(spilled) is not None:
+                self._evict(spilled)
+            if self._fits(nbytes, spilled, device):
+                stored = _to_host(value, pin=device is not None) if spilled else value
+                self._entries[key] = _Entry(
+                    stored, nbytes, group, spilled=spilled, device=device, signature=signature
+                )
+                if spilled:
+                    self.stats.spill_bytes += nbytes
+                    self.stats.spilled += 1
+                else:
+                    self.stats.resident_bytes += nbytes
+                return True
+        return False
 
-    def _evict(self, incoming: int) -> None:
-        """Drop least recently used entries until ``incoming`` more bytes fit."""
-        while self._entries and self._held + incoming > self.capacity_bytes:
+    def _fits(self, nbytes: int, spilled: bool, device: Any) -> bool:
+        if spilled:
+            return self.stats.spill_bytes + nbytes <= self.spill_bytes
+        if self.capacity_bytes is not None and (
+            self.stats.resident_bytes + nbytes > self.capacity_bytes
+        ):
+            return False
+        if device is None:
+            limit = DEFAULT_CAPACITY_BYTES if self.capacity_bytes is None else self.capacity_bytes
+            return self.stats.resident_bytes + nbytes <= limit
+        return nbytes <= self._device_room(device)
+
+    def _device_room(self, device: Any) -> int:
+        """Bytes the device can still give the cache: free memory (with what PyTorch's
+        allocator holds unused) minus the margin left to the candidate."""
+        import torch
+
+        free, total = torch.cuda.mem_get_info(device)
+        unused = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        margin = max(self.margin_bytes, int(self.margin_fraction * total))
+        return int(free + unused - margin)
+
+    def _over(self, spilled: bool) -> bool:
+        if spilled:
+            return self.stats.spill_bytes > self.spill_bytes
+        return self.capacity_bytes is not None and self.stats.resident_bytes > self.capacity_bytes
+
+    def _victim(self, spilled: bool, *, any_group: bool = False) -> Hashable | None:
+        """The least recently used entry of the tier that may go: never one of the group in
+        use (unless ``any_group``), never a reference whose inputs stay."""
+        for key, entry in self._entries.items():
+            if entry.spilled != spilled:
+                continue
+            if not any_group and entry.group == self._group:
+                continue
+            return key
+        return None
+
+    def _evict(self, spilled: bool, *, any_group: bool = False) -> None:
+        key = self._victim(spilled, any_group=any_group)
+        if key is not None:
             self.stats.evictions += 1
-            self._drop(next(iter(self._entries)))
+            self._drop(key)
 
     def _drop(self, key: Hashable) -> None:
         entry = self._entries.pop(key, None)
         if entry is None:
             return
-        self._held -= entry.nbytes
+        if entry.spilled:
+            self.stats.spill_bytes -= entry.nbytes
+        else:
+            self.stats.resident_bytes -= entry.nbytes
         for dependent in entry.dependents:
             self._drop(dependent)
+
+
+def _group_of(key: Hashable) -> Hashable:
+    """The group of a key: the first item of a tuple key (the worker's kernel), else the key."""
+    return key[0] if isinstance(key, tuple) and key else key

@@ -82,7 +82,7 @@ class EvaluationSettings:
     memory_limit_bytes: int | None = None  # address-space cap, interpreter mode only
     timing: TimingSettings = field(default_factory=TimingSettings)
     #: Inputs and reference outputs a worker keeps across evaluations (tuned.evaluation.case_cache).
-    case_cache_bytes: int = 2 << 30
+    case_cache_bytes: int = 0  # 0: sized from the free device memory (resident), then spilled
 
     def deadline(self, phase: str) -> float:
         return {
@@ -553,6 +553,7 @@ def _kernel_payload(spec: KernelSpec) -> dict[str, Any]:
         "original_source": spec.module_source,
         "extra_files": dict(spec.extra_files),
         "baseline_knobs": dict(spec.baseline_knobs),
+        "call": spec.call_payload(),  # how the launcher is called: tuned.evaluation.invoke
     }
 
 

@@ -223,8 +223,9 @@ class Guard:
                 t.fill_(POISON_SENTINEL if sentinel else float("nan"))
             elif t.dtype == torch.bool:
                 t.fill_(True)
-            elif not t.is_complex():
-                t.fill_(int(POISON_SENTINEL) if sentinel else torch.iinfo(t.dtype).max)
+            elif not t.is_complex():  # in range for every integer dtype (int8 ends at 127)
+                info = torch.iinfo(t.dtype)
+                t.fill_(min(int(POISON_SENTINEL), info.max // 2 + 1) if sentinel else info.max)
             return t
 
         for name in ("empty", "empty_like", "empty_strided"):

@@ -43,6 +43,7 @@ from typing import Any
 
 from tuned.evaluation.checks import CaseFailure, short
 from tuned.evaluation.guard import Guard
+from tuned.evaluation.invoke import EntryCall, entry_call, kernel_modules
 from tuned.evaluation.worker import (
     Channel,
     ModuleLoader,
@@ -50,6 +51,7 @@ from tuned.evaluation.worker import (
     entry_key,
     import_candidate,
 )
+from tuned.registry.injection import runnable_request
 
 __all__ = ["COMPILE_ERROR_NAMES", "CompileOnlyDriver", "main", "precompile_supported"]
 
@@ -148,6 +150,7 @@ class Precompile:
         compilers: dict[str, _Compiler],
         meta_inputs: dict[tuple[Any, ...], list[Any]],
     ) -> None:
+        request = runnable_request(request)  # injected knobs written into the module
         self.kernel = request["kernel"]
         self.candidate = request["candidate"]
         self.target = request.get("target")
@@ -177,9 +180,8 @@ class Precompile:
         if guard.violations:
             raise CaseFailure("cheat", f"forbidden at import: {guard.violations[0]}")
         self.modules.add(module.__name__)
-        launcher = getattr(module, self.kernel["launcher"], None)
-        if not callable(launcher):
-            raise CaseFailure("rejected_static", f"no callable {self.kernel['launcher']!r}")
+        entry = entry_call(module, self.kernel, role="launcher")  # tuned.evaluation.invoke
+        self.modules |= kernel_modules(entry.target)
         if not self.target or os.environ.get("TRITON_INTERPRET") == "1":
             return self._done(precompiled=False, note="interpreter: nothing to compile")
         missing = precompile_supported()
@@ -187,7 +189,7 @@ class Precompile:
             return self._done(precompiled=False, note=f"cannot compile ahead: {missing}")
         self.enter("compile")
         compiler = self._compiler()
-        return self._compile_all(compiler, original, launcher, key)
+        return self._compile_all(compiler, original, entry, key)
 
     def enter(self, phase: str) -> None:
         self.phase = phase
@@ -203,7 +205,7 @@ class Precompile:
         return self.compilers[name]
 
     def _compile_all(
-        self, compiler: _Compiler, original: ModuleType, launcher: Callable[..., Any], key: str
+        self, compiler: _Compiler, original: ModuleType, launcher: EntryCall, key: str
     ) -> dict[str, Any]:
         knobs = dict(self.candidate["knobs"])
         compiled: set[str] = set()
@@ -224,7 +226,7 @@ class Precompile:
                 guard = self.guard()
                 try:
                     with guard:
-                        launcher(*inputs, **knobs)
+                        launcher.at(dims)(*inputs, **knobs)
                     compiler.check_resources()
                 except Exception as exc:  # classified just below
                     names = {cls.__name__ for cls in type(exc).__mro__}

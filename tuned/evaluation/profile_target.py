@@ -22,25 +22,27 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tuned.evaluation.worker import ModuleLoader, _limit_resources
+from tuned.evaluation.invoke import entry_call, resolve
+from tuned.evaluation.worker import ModuleLoader, _limit_resources, entry_key
+from tuned.registry.injection import runnable_request
 
 __all__ = ["main", "run_request"]
 
 
 def run_request(request: dict[str, Any], modules: Path) -> None:
     """Load the candidate and make the warm-up and the profiled calls (needs CUDA)."""
-    import hashlib
 
     import torch
 
+    request = runnable_request(request)  # injected knobs written into the module
     kernel, candidate, case = request["kernel"], request["candidate"], request["case"]
     loader = ModuleLoader(modules)
-    key = hashlib.sha256(kernel["original_source"].encode()).hexdigest()[:16]
+    key = entry_key(kernel)
     extra = kernel.get("extra_files", {})
     original = loader.load(kernel["original_source"], directory_key=key, extra_files=extra)
     module = loader.load(candidate["source"], directory_key=key, extra_files=extra)
-    launcher = getattr(module, kernel["launcher"])
-    make_inputs = getattr(original, kernel["inputs"])
+    launcher = entry_call(module, kernel, role="launcher").at(dict(case["dims"]))
+    make_inputs = resolve(original, kernel["inputs"], "inputs")
     knobs = dict(candidate["knobs"])
     inputs = make_inputs(dict(case["dims"]), getattr(torch, case["dtype"]), "cuda", 0)
     for _ in range(int(request.get("warmup", 2))):

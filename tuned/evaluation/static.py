@@ -22,8 +22,19 @@ def static_check(source: str, launcher: str) -> str | None:
         tree = ast.parse(source)
     except SyntaxError as exc:
         return f"syntax error at line {exc.lineno}: {exc.msg}"
-    defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
-    if launcher not in defined:
+    # The launcher is a dotted path (docs/registry.md, "Launchers"): its first part must be
+    # bound at the top level (a def, a class, an import), or it is an installed module's path.
+    head = launcher.split(".")[0]
+    bound: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            bound.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+    if head not in bound and "." not in launcher:
         return f"the module defines no top-level function {launcher!r} (the launcher)"
     return None
 

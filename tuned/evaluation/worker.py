@@ -34,6 +34,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import IO, Any
 
+from profilers.graph_timing import poison_outputs
 from profilers.timing import TimingSettings, interleaved_timing
 from tuned.evaluation.case_cache import DEFAULT_CAPACITY_BYTES, CaseCache
 from tuned.evaluation.checks import (
@@ -48,6 +49,8 @@ from tuned.evaluation.checks import (
     unwritten_elements,
 )
 from tuned.evaluation.guard import Guard, TimerSnapshot
+from tuned.evaluation.invoke import entry_call, kernel_modules, resolve
+from tuned.registry.injection import runnable_request
 
 # In the interpreter, timing only ranks candidates on this CPU: keep it cheap.
 INTERPRETER_TIMING_SIZE = 1 << 16
@@ -202,14 +205,28 @@ class ModuleLoader:
         self.root = root
         self._loaded: dict[str, ModuleType] = {}
 
+    def _enter(self, directory: Path) -> None:
+        """Make ``directory`` the only entry directory imports resolve from. Helper modules
+        another entry imported (its ``utils.py``, say) leave ``sys.modules``, so an entry's
+        ``import utils`` finds its own file, never a namesake's that stayed cached."""
+        root, own = str(self.root), str(directory)
+        sys.path[:] = [p for p in sys.path if not p.startswith(root)]
+        sys.path.insert(0, own)
+        for name, mod in list(sys.modules.items()):
+            where = getattr(mod, "__file__", None) or ""
+            foreign = where.startswith(root) and not where.startswith(own + os.sep)
+            if foreign and not name.startswith("ktuned_candidate_"):
+                del sys.modules[name]
+
     def load(
         self, source: str, *, directory_key: str, extra_files: Mapping[str, str]
     ) -> ModuleType:
         digest = hashlib.sha256(source.encode()).hexdigest()[:16]
         key = f"{directory_key}:{digest}"
+        directory = self.root / f"entry_{directory_key}"
+        self._enter(directory)
         if key in self._loaded:
             return self._loaded[key]
-        directory = self.root / f"entry_{directory_key}"
         directory.mkdir(parents=True, exist_ok=True)
         for rel, text in extra_files.items():
             path = directory / rel
@@ -218,9 +235,6 @@ class ModuleLoader:
         name = f"ktuned_candidate_{digest}"
         path = directory / f"{name}.py"
         path.write_text(source, encoding="utf-8")
-        # Sibling modules of the entry resolve from its own directory only.
-        sys.path[:] = [p for p in sys.path if not p.startswith(str(self.root))]
-        sys.path.insert(0, str(directory))
         spec = importlib.util.spec_from_file_location(name, path)
         if spec is None or spec.loader is None:
             raise CaseFailure("runtime_error", f"cannot import the module from {path}")
@@ -235,8 +249,10 @@ class ModuleLoader:
 
 
 def entry_key(kernel: Mapping[str, Any]) -> str:
-    """The directory key of an entry's modules: its original source's hash."""
-    return hashlib.sha256(kernel["original_source"].encode()).hexdigest()[:16]
+    """The directory key of an entry's modules: the hash of its original source and its other
+    files (a changed helper is a new directory, never a stale import)."""
+    files = json.dumps([kernel["original_source"], kernel.get("extra_files", {})], sort_keys=True)
+    return hashlib.sha256(files.encode()).hexdigest()[:16]
 
 
 def import_candidate(
@@ -286,6 +302,7 @@ class Evaluation:
         *,
         correctness_only: bool = False,
     ) -> None:
+        request = runnable_request(request)  # injected knobs written into the modules
         self.kernel = request["kernel"]
         self.correctness_only = correctness_only  # a spare's preparation: no benchmark
         self.candidate = request["candidate"]
@@ -313,6 +330,8 @@ class Evaluation:
                     self.kernel["inputs"],
                     self.kernel.get("reference"),
                     self.kernel.get("baseline_knobs", {}),
+                    self.kernel["launcher"],  # the reference may be the launcher's outputs,
+                    self.kernel.get("call", {}),  # gradients included (invoke.CallFields)
                     device,
                 ],
                 sort_keys=True,
@@ -414,6 +433,8 @@ class Evaluation:
     def run(self) -> dict[str, Any]:
         import torch
 
+        if self.candidate.get("injection_error"):
+            raise CaseFailure("rejected_static", self.candidate["injection_error"])
         guard = self.guard(poison=None)
         original, module = import_candidate(
             self.loader, self.kernel, self.candidate["source"], guard
@@ -421,16 +442,11 @@ class Evaluation:
         self.candidate_modules.add(module.__name__)
         self.module_name = module.__name__
         self._check_guard(guard, need_launch=False)
-        launcher = getattr(module, self.kernel["launcher"], None)
-        if not callable(launcher):
-            raise CaseFailure("rejected_static", f"no callable {self.kernel['launcher']!r}")
-        make_inputs = getattr(original, self.kernel["inputs"])
-        if self.kernel.get("reference"):
-            reference = getattr(original, self.kernel["reference"])
-        else:
-            base = getattr(original, self.kernel["launcher"])
-            baseline_knobs = dict(self.kernel["baseline_knobs"])
-            reference = lambda *xs: base(*xs, **baseline_knobs)
+        # How the entry's launcher and reference are called: tuned.evaluation.invoke.
+        launcher = entry_call(module, self.kernel, role="launcher")
+        self.candidate_modules |= kernel_modules(launcher.target)
+        make_inputs = resolve(original, self.kernel["inputs"], "inputs")
+        reference = entry_call(original, self.kernel, role="reference")
 
         cases, skipped = self.cases()
         if not cases:
@@ -451,7 +467,7 @@ class Evaluation:
         first_inputs = inputs_of(cases[0])
         first_given = clone_inputs(first_inputs)
         try:
-            first_out = self.guarded_call(launcher, first_given, "nan")
+            first_out = self.guarded_call(launcher.at(cases[0].dims), first_given, "nan")
         except CaseFailure:
             raise
         except Exception as exc:
@@ -474,8 +490,8 @@ class Evaluation:
                     pristine = first_inputs if index == 0 else inputs_of(case)
                 self.check_case(
                     case,
-                    launcher,
-                    reference,
+                    launcher.at(case.dims),
+                    reference.at(case.dims),
                     pristine,
                     (first_given, first_out) if index == 0 else None,
                     signatures,
@@ -504,13 +520,19 @@ class Evaluation:
                 extra_files=self.kernel.get("extra_files", {}),
             )
             self.candidate_modules.add(inc_module.__name__)
-            incumbent = getattr(inc_module, self.kernel["launcher"])
+            incumbent = entry_call(inc_module, self.kernel, role="launcher")
         samples: dict[str, list[float]] = {}
         incumbent_samples: dict[str, list[float]] = {}
         screened: list[str] = []
         for case in self.timed_cases(cases):
             try:
-                mine, theirs, cut = self.time_case(case, launcher, incumbent, reference, inputs_of)
+                mine, theirs, cut = self.time_case(
+                    case,
+                    launcher.at(case.dims),
+                    incumbent.at(case.dims) if incumbent is not None else None,
+                    reference.at(case.dims),
+                    inputs_of,
+                )
             except CaseFailure as failure:
                 failure.reason = f"{case.label}: {failure.reason}"
                 raise
@@ -625,10 +647,19 @@ class Evaluation:
 
             fns.append(incumbent_fn)
         settings = TimingSettings(**self.options.get("timing", {}))
+
+        def poison() -> None:  # CUDA graphs: outputs the timed replays must write again
+            for out in last:
+                poison_outputs(out, [x for s in sets for x in s])
+
         guard = self.guard(poison=None)
         with guard:
             timed = interleaved_timing(
-                fns, gpu=self.device == "cuda", settings=settings, screen=True
+                fns,
+                gpu=self.device == "cuda",
+                settings=settings,
+                screen=True,
+                poison=poison,
             )
             samples = timed.samples
             while calls[0] < len(sets):  # too few timed calls to cover every set

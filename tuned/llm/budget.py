@@ -16,10 +16,11 @@ from policies.strategies import llm_strategy_name
 from tuned.llm.metrics import attempt_counts
 from tuned.llm.proposed import ProposedStrategy, read_strategies
 from tuned.llm.settings import LlmSettings
+from tuned.store._core import damaged_store_error, is_damage
 from tuned.store.connections import connect_reader
 from tuned.store.ledger import DAY_S, LedgerDb, open_ledger_reader, read_totals
 
-__all__ = ["budget_report"]
+__all__ = ["budget_data", "budget_report"]
 
 
 def _n(value: int | None) -> str:
@@ -52,6 +53,10 @@ def budget_report(
         assert ledger is not None  # a URL always connects (or raises)
         totals = read_totals(ledger, now)
         attempts, strategy_requests, proposed = _local_figures(local)
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+        if is_damage(exc):
+            raise damaged_store_error(str(store_path), exc) from None
+        raise
     finally:
         if local is not None:
             local.close()
@@ -109,6 +114,53 @@ def budget_report(
                 f"  {p.kernel:<24}{llm_strategy_name(p.strategy.name):<22}{p.target:<9}{p.name}"
             )
     return "\n".join(lines) + "\n"
+
+
+def budget_data(
+    store_path: Path, settings: LlmSettings, *, source: str, ledger_url: str | None = None
+) -> dict[str, object]:
+    """What :func:`budget_report` prints, as one JSON-ready object (``ktuned budget --json``)."""
+    caps = settings.budget
+    data: dict[str, object] = {
+        "llm": {"enabled": settings.enabled, "model": settings.model, "config": source},
+        "caps": {
+            "total": caps.total_tokens,
+            "daily": caps.daily_tokens,
+            "kernel": caps.kernel_tokens,
+        },
+    }
+    local = connect_reader(store_path)
+    if local is None and ledger_url is None:
+        return {**data, "store": str(store_path), "spent": None}
+    ledger: LedgerDb | None = None
+    try:
+        ledger = local if ledger_url is None else open_ledger_reader(ledger_url)
+        assert ledger is not None
+        totals = read_totals(ledger, time.time())
+        attempts, strategy_requests, _ = _local_figures(local)
+    finally:
+        if local is not None:
+            local.close()
+        if ledger is not None and ledger is not local:
+            ledger.close()
+    committed = totals["committed"]
+    remaining = {
+        scope: None if cap is None else max(0, cap - committed[scope])
+        for scope, cap in (("total", caps.total_tokens), ("daily", caps.daily_tokens))
+    }
+    return {
+        **data,
+        "store": str(store_path),
+        "committed": dict(committed),
+        "remaining": remaining,
+        "held": totals["held"],
+        "tokens": {k: totals[k] for k in ("prompt", "completion", "unreported")},
+        "kernels": dict(sorted(totals["kernels"].items())),
+        "cost_usd": totals["cost_usd"],
+        "requests": totals["requests"],
+        "attempts": dict(sorted(attempts.items())),
+        "strategy_requests": dict(sorted(strategy_requests.items())),
+    }
 
 
 def _local_figures(

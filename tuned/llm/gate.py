@@ -2,41 +2,50 @@
 
 The minimal gate (:func:`tuned.evaluation.static.static_check`) only asks that a module parse
 and define its launcher. A module an LLM wrote must also show, statically, that it is an
-honest Triton kernel of the same interface. Rules (the id is recorded with the rejection):
+honest Triton kernel of the same interface, written with nothing but an allowlist.
+
+First the allowlist rules of :mod:`tuned.llm.gate_rules` (``imports``, ``forbidden``,
+``dunder``, ``module_attr``, ``alias``, ``private``, ``introspection``, ``builtins``,
+``monkey_patch``, ``module_state``, ``default``, ``decorator``): only triton,
+``triton.language``, math and allowlisted torch tensor operations
+(:mod:`tuned.llm.allowlist`) can be named, nothing is reached through module attributes,
+and nothing runs at import beyond definitions. Then the rules of this module (the id is
+recorded with the rejection):
 
 ================  ==========================================================================
 rule              refuses
 ================  ==========================================================================
-``syntax``        a module that does not parse
-``imports``       imports outside :data:`ALLOWED_IMPORTS` (torch, triton, math, typing, ...)
-``forbidden``     exec/eval/compile/open/__import__/getattr/setattr/globals ..., dunder
-                  access (``__dict__``, ``__globals__`` ...), torch.cuda streams, events and
-                  graphs, torch.compile/jit/ops/library/backends/utils ...
-``module_state``  module-level statements other than imports, functions, docstrings and
-                  constants (no caches, no classes, no code run at import); ``global``
-``monkey_patch``  assignments to attributes of imported modules (``torch.add = ...``)
+``syntax``        a module that does not parse (or nests too deeply to check)
 ``launcher``      no top-level launcher function
 ``signature``     a launcher whose parameters (names, order, kinds) differ from the original's
                   (a reference entry's first modules: the reference's parameters first, in
                   order, and any further parameter with a default: the knobs)
 ``no_kernel``     no ``@triton.jit`` function
 ``not_launched``  no ``kernel[grid](...)`` launch reachable from the launcher
-``torch_compute`` torch compute standing in for the kernel in the launcher or what it calls:
-                  torch functions outside allocation/shape (:data:`TORCH_ALLOWED`),
-                  ``torch.nn``, tensor compute methods (``x.sum()``), ``@``, arithmetic on
-                  the input tensors, or a call of the PyTorch reference
+``torch_compute`` torch compute standing in for the kernel in the launcher, what it calls,
+                  the kernels' decorators (heuristics, hooks) or a kernel body: torch
+                  functions outside allocation/shape (:data:`TORCH_ALLOWED`), ``torch.nn``,
+                  tensor compute methods (``x.sum()``), ``@``, arithmetic on the input
+                  tensors, or a call of the PyTorch reference
 ================  ==========================================================================
 
-Runtime checks (:mod:`tuned.evaluation.checks`) still run on everything that passes: this
-gate is the cheap first line, not the only one.
+This gate is the early filter, not the defense: whatever passes runs in the sandboxed
+worker, and the verdict is taken outside it (docs/evaluation.md).
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 
+from tuned.llm.allowlist import (
+    TORCH_ALLOWED,
+    TORCH_DTYPES,
+    TORCH_FORMATS,
+    TRITON_DECORATORS,
+    path_kind,
+)
+from tuned.llm.gate_rules import GateRejection, import_aliases, resolve, safety_rejection
 from tuned.outcomes import Candidate, EvalResult, Outcome, Provenance
 from tuned.registry.spec import KernelSpec
 
@@ -49,35 +58,9 @@ __all__ = [
     "launcher_signature",
 ]
 
-ALLOWED_IMPORTS = frozenset({"torch", "triton", "math", "typing", "__future__", "numbers"})
-
-#: ``torch.<name>`` calls a launcher may make: allocation, dtype and shape helpers.
-TORCH_ALLOWED = frozenset(
-    {
-        "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like",
-        "full", "full_like", "arange", "finfo", "iinfo", "Size", "device", "is_tensor",
-        "result_type", "promote_types", "broadcast_shapes", "is_floating_point",
-        "get_default_dtype",
-    }
-)  # fmt: skip
-
-#: ``torch.<name>`` namespaces never allowed (anywhere in the module).
-TORCH_FORBIDDEN = frozenset(
-    {
-        "cuda", "ops", "library", "compile", "jit", "_dynamo", "_inductor", "utils",
-        "backends", "hub", "distributed", "multiprocessing", "autograd", "_C", "testing",
-        "set_default_dtype", "manual_seed", "use_deterministic_algorithms", "fx", "export",
-    }
-)  # fmt: skip
-
-_FORBIDDEN_NAMES = frozenset(
-    {
-        "exec", "eval", "compile", "open", "__import__", "getattr", "setattr", "delattr",
-        "globals", "locals", "vars", "breakpoint", "input", "memoryview", "__builtins__",
-        "os", "sys", "subprocess", "socket", "threading", "multiprocessing", "ctypes",
-        "importlib", "builtins", "signal", "time",
-    }
-)  # fmt: skip
+#: The top-level modules a module may import from (the prompt lists them; the exact
+#: allowlist of submodules and names is :mod:`tuned.llm.allowlist`).
+ALLOWED_IMPORTS = frozenset({"torch", "triton", "math", "typing", "__future__"})
 
 #: Tensor methods that compute (a launcher may allocate, view and reshape, not compute).
 TENSOR_COMPUTE = frozenset(
@@ -90,21 +73,19 @@ TENSOR_COMPUTE = frozenset(
         "scatter", "scatter_", "scatter_add", "gather", "sort", "topk", "where", "einsum",
         "masked_fill", "masked_fill_", "lerp", "addcmul", "addcdiv", "dot", "outer",
         "layer_norm", "linear", "conv1d", "conv2d", "logsumexp", "square", "erf",
+        "fill_", "zero_", "apply_", "map_", "index_put_", "put_", "lerp_",
     }
 )  # fmt: skip
 
-_TRITON_DECORATORS = frozenset({"jit", "autotune", "heuristics"})
-
-
-@dataclass(frozen=True)
-class GateRejection:
-    """A rule the module breaks, with where and why."""
-
-    rule: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.rule}: {self.message}"
+#: What the launcher and what it calls may name of torch: allocation and shape helpers,
+#: dtypes, memory formats, and the no-grad contexts (no compute).
+_LAUNCHER_TORCH = frozenset(
+    f"torch.{n}"
+    for n in TORCH_ALLOWED
+    | TORCH_DTYPES
+    | TORCH_FORMATS
+    | {"Tensor", "dtype", "no_grad", "inference_mode"}
+)
 
 
 def launcher_signature(source: str, launcher: str) -> str | None:
@@ -130,49 +111,16 @@ def _param_shape(args: ast.arguments) -> list[tuple[str, str]]:
     return shape
 
 
-def _dotted(node: ast.AST) -> list[str] | None:
-    """``a.b.c`` as ``["a", "b", "c"]``; ``None`` when the root is not a plain name."""
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return parts[::-1]
-    return None
-
-
 def _functions(tree: ast.Module) -> dict[str, ast.FunctionDef]:
     return {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
 
 
 def _is_jit(fn: ast.FunctionDef, aliases: dict[str, str]) -> bool:
     for deco in fn.decorator_list:
-        target = deco.func if isinstance(deco, ast.Call) else deco
-        path = _dotted(target)
-        if path is None:
-            continue
-        full = [*aliases.get(path[0], path[0]).split("."), *path[1:]]
-        if full[0] == "triton" and full[-1] in _TRITON_DECORATORS:
+        path = resolve(deco.func if isinstance(deco, ast.Call) else deco, aliases)
+        if path is not None and path in {f"triton.{d}" for d in TRITON_DECORATORS}:
             return True
     return False
-
-
-def _aliases(tree: ast.Module) -> dict[str, str]:
-    """Local name -> dotted module/attribute path, for every import."""
-    out: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.asname:
-                    out[alias.asname] = alias.name
-                else:
-                    root = alias.name.split(".")[0]
-                    out[root] = root
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            for alias in node.names:
-                out[alias.asname or alias.name] = f"{node.module}.{alias.name}"
-    return out
 
 
 def check_llm_module(
@@ -183,14 +131,21 @@ def check_llm_module(
         tree = ast.parse(source)
     except SyntaxError as exc:
         return GateRejection("syntax", f"line {exc.lineno}: {exc.msg}")
-    for check in (_imports, _forbidden, _module_state):
-        found = check(tree)
-        if found is not None:
-            return found
-    aliases = _aliases(tree)
-    found = _monkey_patch(tree, aliases)
+    except (ValueError, RecursionError, MemoryError) as exc:
+        return GateRejection("syntax", f"cannot parse: {type(exc).__name__}")
+    try:
+        return _check_tree(tree, launcher, original_source, reference)
+    except RecursionError:
+        return GateRejection("syntax", "nested too deeply to check")
+
+
+def _check_tree(
+    tree: ast.Module, launcher: str, original_source: str, reference: str | None
+) -> GateRejection | None:
+    found = safety_rejection(tree)
     if found is not None:
         return found
+    aliases = import_aliases(tree)
     functions = _functions(tree)
     if launcher not in functions:
         return GateRejection("launcher", f"no top-level function {launcher}() (the launcher)")
@@ -200,140 +155,41 @@ def check_llm_module(
     kernels = {name for name, fn in functions.items() if _is_jit(fn, aliases)}
     if not kernels:
         return GateRejection("no_kernel", "no @triton.jit function in the module")
-    reachable = _reachable(launcher, functions, kernels)
+    reachable = _reachable([launcher], functions, kernels)
     if not any(_launches(functions[name], kernels) for name in reachable):
         return GateRejection(
             "not_launched",
             f"{launcher}() never launches a @triton.jit kernel (kernel[grid](...)), "
             f"directly or through the functions it calls",
         )
+    # What runs at launch besides the launcher: the kernels' decorators (heuristics
+    # lambdas, autotune hooks) and the functions they name.
+    decorations = [d for name in sorted(kernels) for d in functions[name].decorator_list]
+    hooks = {
+        n.id for d in decorations for n in ast.walk(d)
+        if isinstance(n, ast.Name) and n.id in functions and n.id not in kernels
+    }  # fmt: skip
+    reachable |= _reachable(sorted(hooks), functions, kernels)
     if reference and reference in reachable:
         return GateRejection(
             "torch_compute", f"{launcher}() calls {reference}(), the PyTorch reference"
         )
-    inputs = {
-        a.arg
-        for a in functions[launcher].args.args[
-            : len(functions[launcher].args.args) - len(functions[launcher].args.defaults)
-        ]
-    }
+    fn = functions[launcher]
+    inputs = {a.arg for a in fn.args.args[: len(fn.args.args) - len(fn.args.defaults)]}
     for name in sorted(reachable):
-        found = _torch_compute(functions[name], aliases, inputs if name == launcher else set())
+        found = _torch_compute(
+            functions[name], f"in {name}()", aliases, inputs if name == launcher else set()
+        )
         if found is not None:
             return found
-    return None
-
-
-def _imports(tree: ast.Module) -> GateRejection | None:
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                return GateRejection("imports", f"line {node.lineno}: relative import")
-            names = [node.module or ""]
-        else:
-            continue
-        for name in names:
-            if name.split(".")[0] not in ALLOWED_IMPORTS:
-                allowed = ", ".join(sorted(ALLOWED_IMPORTS))
-                return GateRejection(
-                    "imports", f"line {node.lineno}: imports {name} (allowed: {allowed})"
-                )
-    return None
-
-
-def _forbidden(tree: ast.Module) -> GateRejection | None:
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and node.id in _FORBIDDEN_NAMES:
-            return GateRejection("forbidden", f"line {node.lineno}: uses {node.id}")
-        if isinstance(node, ast.Attribute):
-            if node.attr.startswith("__") and node.attr.endswith("__"):
-                return GateRejection("forbidden", f"line {node.lineno}: accesses {node.attr}")
-            path = _dotted(node)
-            if path and path[0] == "torch" and len(path) > 1 and path[1] in TORCH_FORBIDDEN:
-                return GateRejection("forbidden", f"line {node.lineno}: uses torch.{path[1]}")
-        if isinstance(node, (ast.Global, ast.Nonlocal)):
-            return GateRejection(
-                "module_state", f"line {node.lineno}: global/nonlocal state ({node.names[0]})"
-            )
-        if isinstance(node, ast.ImportFrom) and node.module == "torch":
-            for alias in node.names:
-                if alias.name in TORCH_FORBIDDEN:
-                    return GateRejection(
-                        "forbidden", f"line {node.lineno}: imports torch.{alias.name}"
-                    )
-    return None
-
-
-def _constant(node: ast.expr) -> bool:
-    """Literals, tuples of literals, dtype-like attributes and ``tl.constexpr(literal)``."""
-    if isinstance(node, ast.Constant):
-        return True
-    if isinstance(node, ast.Tuple):
-        return all(_constant(e) for e in node.elts)
-    if isinstance(node, ast.UnaryOp):
-        return _constant(node.operand)
-    if isinstance(node, ast.BinOp):
-        return _constant(node.left) and _constant(node.right)
-    if isinstance(node, ast.Attribute):
-        return _dotted(node) is not None
-    if isinstance(node, ast.Call):
-        path = _dotted(node.func)
-        return path is not None and path[-1] == "constexpr" and all(_constant(a) for a in node.args)
-    return False
-
-
-def _module_state(tree: ast.Module) -> GateRejection | None:
-    for i, node in enumerate(tree.body):
-        if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef)):
-            continue
-        if (
-            isinstance(node, ast.Expr)
-            and isinstance(node.value, ast.Constant)
-            and isinstance(node.value.value, str)
-            and i == 0
-        ):
-            continue  # the docstring
-        if (
-            isinstance(node, ast.Assign)
-            and _constant(node.value)
-            and all(isinstance(t, ast.Name) for t in node.targets)
-        ):
-            continue
-        if (
-            isinstance(node, ast.AnnAssign)
-            and node.value is not None
-            and _constant(node.value)
-            and isinstance(node.target, ast.Name)
-        ):
-            continue
-        what = type(node).__name__
-        return GateRejection(
-            "module_state",
-            f"line {node.lineno}: a module-level {what}; only imports, functions, a docstring "
-            "and constants are allowed (no caches, classes or code run at import)",
-        )
-    return None
-
-
-def _monkey_patch(tree: ast.Module, aliases: dict[str, str]) -> GateRejection | None:
-    for node in ast.walk(tree):
-        targets: Iterable[ast.expr] = ()
-        if isinstance(node, ast.Assign):
-            targets = node.targets
-        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
-            targets = (node.target,)
-        elif isinstance(node, ast.Delete):
-            targets = node.targets
-        for target in targets:
-            if isinstance(target, ast.Attribute):
-                path = _dotted(target)
-                if path and path[0] in aliases:
-                    return GateRejection(
-                        "monkey_patch",
-                        f"line {target.lineno}: assigns {'.'.join(path)} (an imported module)",
-                    )
+    for deco in decorations:
+        found = _torch_compute(deco, "in a kernel decorator", aliases, set())
+        if found is not None:
+            return found
+    for name in sorted(kernels):
+        found = _torch_in_kernel(functions[name], aliases)
+        if found is not None:
+            return found
     return None
 
 
@@ -381,16 +237,18 @@ def _reference_signature(
     return None
 
 
-def _calls(fn: ast.FunctionDef) -> Iterator[ast.Call]:
-    for node in ast.walk(fn):
-        if isinstance(node, ast.Call):
-            yield node
+def _calls(node: ast.AST) -> Iterator[ast.Call]:
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call):
+            yield sub
 
 
-def _reachable(root: str, functions: dict[str, ast.FunctionDef], kernels: set[str]) -> set[str]:
-    """Non-jit module functions reachable from ``root`` by calls by name (``root`` too)."""
-    seen = {root}
-    todo = [root]
+def _reachable(
+    roots: list[str], functions: dict[str, ast.FunctionDef], kernels: set[str]
+) -> set[str]:
+    """Non-jit module functions named (called or passed) from ``roots``, roots included."""
+    seen = set(roots)
+    todo = list(roots)
     while todo:
         fn = functions[todo.pop()]
         for node in ast.walk(fn):
@@ -415,38 +273,89 @@ def _launches(fn: ast.FunctionDef, kernels: set[str]) -> bool:
 
 
 def _torch_compute(
-    fn: ast.FunctionDef, aliases: dict[str, str], inputs: set[str]
+    root: ast.AST, where: str, aliases: dict[str, str], inputs: set[str]
 ) -> GateRejection | None:
-    where = f"in {fn.name}()"
-    for node in ast.walk(fn):
+    for node in ast.walk(root):
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
             return GateRejection("torch_compute", f"line {node.lineno} {where}: a @ matmul")
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in _BUILTIN_MATH
+            and _bare_inputs(node.args, inputs)
+        ):
+            return GateRejection(
+                "torch_compute",
+                f"line {node.lineno} {where}: {node.func.id}() of the input tensors",
+            )
         if isinstance(node, (ast.BinOp, ast.AugAssign)):
-            operands = (node.left, node.right) if isinstance(node, ast.BinOp) else (node.target,)
+            operands = (
+                (node.left, node.right)
+                if isinstance(node, ast.BinOp)
+                else (node.target, node.value)
+            )
             for side in operands:
                 if isinstance(side, ast.Name) and side.id in inputs:
                     return GateRejection(
                         "torch_compute",
                         f"line {node.lineno} {where}: arithmetic on the input tensor {side.id}",
                     )
-        if not isinstance(node, ast.Call):
-            continue
-        path = _dotted(node.func)
-        if path is None:
-            continue
-        full = [*aliases.get(path[0], path[0]).split("."), *path[1:]]
-        if full[0] == "torch":
-            if len(full) == 2 and full[1] in TORCH_ALLOWED:
-                continue
+        path = resolve(node, aliases) if isinstance(node, (ast.Attribute, ast.Name)) else None
+        if (
+            isinstance(node, (ast.Attribute, ast.Name))
+            and path is not None
+            and path.startswith("torch.")
+            and path not in _LAUNCHER_TORCH
+            and path_kind(path) != "module"  # torch.nn.functional of F.relu: F.relu decides
+        ):
             return GateRejection(
                 "torch_compute",
-                f"line {node.lineno} {where}: calls {'.'.join(full)} (a launcher may only "
+                f"line {node.lineno} {where}: uses {path} (a launcher may only "
                 "allocate and reshape with torch; the kernel computes)",
             )
-        if len(path) >= 2 and path[0] not in aliases and path[-1] in TENSOR_COMPUTE:
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+            continue
+        if resolve(node.func, aliases) is None and node.func.attr in TENSOR_COMPUTE:
             return GateRejection(
                 "torch_compute",
-                f"line {node.lineno} {where}: computes with the tensor method .{path[-1]}()",
+                f"line {node.lineno} {where}: computes with the tensor method .{node.func.attr}()",
+            )
+    return None
+
+
+#: Builtins that compute on tensors given to them (``sum((x, y))`` adds two tensors).
+_BUILTIN_MATH = frozenset({"sum", "abs", "pow", "round", "divmod", "min", "max"})
+
+
+def _bare_inputs(args: list[ast.expr], inputs: set[str]) -> bool:
+    """Whether an input tensor is passed as a value (``x``, ``(x, y)``, ``*[x]``), not only
+    through a method such as ``x.numel()``."""
+    todo = list(args)
+    while todo:
+        arg = todo.pop()
+        if isinstance(arg, ast.Name) and arg.id in inputs:
+            return True
+        if isinstance(arg, (ast.Tuple, ast.List, ast.Set)):
+            todo.extend(arg.elts)
+        elif isinstance(arg, ast.Starred):
+            todo.append(arg.value)
+    return False
+
+
+def _torch_in_kernel(fn: ast.FunctionDef, aliases: dict[str, str]) -> GateRejection | None:
+    """A ``@triton.jit`` body names no torch (in the interpreter it would run as Python)."""
+    annotations = {
+        id(n) for a in fn.args.args if a.annotation is not None for n in ast.walk(a.annotation)
+    }
+    for node in ast.walk(fn):
+        if id(node) in annotations or not isinstance(node, (ast.Attribute, ast.Name)):
+            continue
+        path = resolve(node, aliases)
+        if path is not None and (path == "torch" or path.startswith("torch.")):
+            return GateRejection(
+                "torch_compute",
+                f"line {node.lineno} in the kernel {fn.name}(): uses {path} (a kernel "
+                "computes with triton.language only)",
             )
     return None
 

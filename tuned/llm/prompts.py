@@ -41,6 +41,10 @@ Rules (a static checker enforces them; a module that breaks one is discarded unr
 - Imports only from: {imports}.
 - No module-level state or caches, no classes, no exec/eval/open, no os/sys/threads/streams,
   no monkey-patching.
+- Name only triton, triton.language, math and torch tensor functions, and call them where
+  you name them (no `f = torch.add`); no getattr/type/print, no `_private` or `__dunder__`
+  attributes, no torch.cuda/_C/ops. Module level: imports, functions and literal constants;
+  default arguments are literals; decorators only triton.jit/autotune/heuristics.
 """
 
 
@@ -63,6 +67,10 @@ Rules (a static checker enforces them; a module that breaks one is discarded unr
 - Imports only from: {imports}.
 - No module-level state or caches, no classes, no exec/eval/open, no os/sys/threads/streams,
   no monkey-patching.
+- Name only triton, triton.language, math and torch tensor functions, and call them where
+  you name them (no `f = torch.add`); no getattr/type/print, no `_private` or `__dunder__`
+  attributes, no torch.cuda/_C/ops. Module level: imports, functions and literal constants;
+  default arguments are literals; decorators only triton.jit/autotune/heuristics.
 """
 
 

@@ -116,9 +116,10 @@ def module_knobs(
     if outline is None or launcher not in outline.functions:
         return {}, {}
     fn = outline.functions[launcher]
-    knobs = dict(discover_knobs(outline, fn, "llm.py").knobs)
-    defaults = launcher_defaults(fn, knobs, "llm.py", out)
-    return ({}, {}) if out.items else (knobs, defaults)
+    found = discover_knobs(outline, fn, "llm.py")
+    params = {k: v for k, v in found.knobs.items() if k not in found.baseline}  # not injected
+    defaults = launcher_defaults(fn, params, "llm.py", out)
+    return ({}, {}) if out.items else (dict(found.knobs), {**defaults, **found.baseline})
 
 
 def discovered_defaults(source: str, launcher: str) -> dict[str, KnobValue]:

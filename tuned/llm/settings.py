@@ -122,9 +122,14 @@ def _url(value: object) -> tuple[Any, str | None]:
 def _file(value: object) -> tuple[Any, str | None]:
     if value is None:
         return None, None
+    allowed = "a path to an existing file holding only the key"
     if isinstance(value, str) and value.strip():
-        return Path(os.path.expanduser(value.strip())), None
-    return None, "a path to a file holding only the key"
+        path = Path(os.path.expanduser(value.strip()))
+        if not path.is_file():
+            what = "is not a regular file" if path.exists() else "does not exist"
+            return None, f"{allowed}; {path} {what} (create it, mode 0600, or remove the key)"
+        return path, None
+    return None, allowed
 
 
 def _budget(value: object) -> tuple[Any, str | None]:

@@ -31,12 +31,19 @@ from prometheus_client.registry import Collector
 from tuned import __version__
 from tuned.errors import StoreError
 from tuned.llm.metrics import llm_families
-from tuned.metrics.live import DAEMON_STATES, PROFILING_STATES, LiveSnapshot, LiveStatus
+from tuned.metrics.live import (
+    DAEMON_STATES,
+    PROFILING_STATES,
+    WORKER_START_REASONS,
+    LiveSnapshot,
+    LiveStatus,
+)
 from tuned.metrics.watermarks import LaggedWatermark
 from tuned.store.api import Store
 from tuned.store.base import EvaluationTotals, KernelProgress
 from tuned.store.connections import connect_reader
 from tuned.store.ledger import BudgetCaps, LedgerDb, open_ledger_reader, read_totals
+from tuned.store.overview import kernel_overview
 from tuned.store.sqlite import SqliteStore
 from tuned.store.url import open_store, sqlite_path
 
@@ -107,6 +114,7 @@ class StoreCollector(Collector):
         self._progress: dict[str, KernelProgress] = {}
         self._progress_mark = LaggedWatermark((0, 0), lag_s=watermark_lag_s, clock=clock)
         self._touched: set[str] = set()
+        self._states: dict[str, str] = {}  # each kernel's state at the previous scrape
         self._hardware: dict[str, tuple[dict[str, object] | None, float | None]] = {}
         self._hardware_token = -1
         self._profiling_mark = LaggedWatermark((0,), lag_s=watermark_lag_s, clock=clock)
@@ -186,10 +194,20 @@ class StoreCollector(Collector):
             "unexpected errors caught by the daemon's main loop (see its log)",
             value=live.errors_total,
         )
+        starts = CounterMetricFamily(
+            "ktuned_worker_starts",
+            "evaluation workers that took over, by why the previous one went (start, crash, "
+            "timeout, confirm: a fresh worker for a re-measurement, recycle: any other)",
+            labels=["reason"],
+        )
+        for reason in WORKER_START_REASONS:
+            starts.add_metric([reason], live.worker_starts.get(reason, 0))
+        yield starts
         yield CounterMetricFamily(
             "ktuned_worker_restarts",
-            "evaluation worker starts after the first (crashes, timeouts, CUDA faults)",
-            value=live.worker_restarts_total,
+            'DEPRECATED, use ktuned_worker_starts_total{reason="crash"}: workers started '
+            "because the previous one crashed (timeouts and re-measurements are not counted)",
+            value=live.worker_starts.get("crash", 0),
         )
         yield CounterMetricFamily(
             "ktuned_throttled_measurements_discarded",
@@ -262,13 +280,18 @@ class StoreCollector(Collector):
             "when the incumbent was accepted, or the baseline measured (Unix time)",
             labels=["kernel"],
         )
-        live_states = live.kernel_states if live is not None else {}
+        progress = self._current_progress(store)
+        # The states `ktuned status` and `ktuned report` show (tuned.store.overview): the
+        # daemon's scheduler's where it tracks the kernel, else derived from the store (kept
+        # for kernels without new rows since the previous scrape).
+        known = {n: s for n, s in self._states.items() if n not in self._touched}
+        known.update(live.kernel_states if live is not None else {})
+        overview = kernel_overview(store, live_states=known, progress=progress, outcomes={})
+        self._states = {o.name: o.state for o in overview}
         live_names: set[str] = set()
-        for k in self._current_progress(store):
-            state = k.state if k.state in ("invalid", "retired", "needs_llm") else "new"
-            if k.state == "active":
-                state = live_states.get(k.name, state)
-            states.add_metric([k.name, state], 1.0)
+        for o in overview:
+            k = o.progress
+            states.add_metric([k.name, o.state], 1.0)
             if k.state == "retired":
                 continue
             live_names.add(k.name)

@@ -62,20 +62,35 @@ class _Handler(BaseHTTPRequestHandler):
     server: MetricsHTTPServer
 
     def do_GET(self) -> None:
-        if self.path.split("?")[0] not in ("/metrics", "/"):
-            self.send_error(404, "only /metrics is served here")
+        self._answer(head=False)
+
+    def do_HEAD(self) -> None:
+        """The headers of GET (Prometheus' and load balancers' probes), without the body."""
+        self._answer(head=True)
+
+    def _answer(self, *, head: bool) -> None:
+        path = self.path.split("?")[0]
+        if path == "/healthz":  # liveness: the process serves HTTP (no store access)
+            self._send(b"ok\n", "text/plain; charset=utf-8", head=head)
+            return
+        if path not in ("/metrics", "/"):
+            self.send_error(404, "only /metrics and /healthz are served here")
             return
         body = render(self.server.registry)
         gzipped = "gzip" in self.headers.get("Accept-Encoding", "")
         if gzipped:
             body = gzip.compress(body, compresslevel=1)
+        self._send(body, CONTENT_TYPE, head=head, encoding="gzip" if gzipped else None)
+
+    def _send(self, body: bytes, kind: str, *, head: bool, encoding: str | None = None) -> None:
         self.send_response(200)
-        self.send_header("Content-Type", CONTENT_TYPE)
+        self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
-        if gzipped:
-            self.send_header("Content-Encoding", "gzip")
+        if encoding:
+            self.send_header("Content-Encoding", encoding)
         self.end_headers()
-        self.wfile.write(body)
+        if not head:
+            self.wfile.write(body)
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # scrapes are not news

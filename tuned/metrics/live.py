@@ -11,10 +11,13 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from tuned.store.overview import KERNEL_STATES  # every kernel state (one list for all)
+
 __all__ = [
     "DAEMON_STATES",
     "KERNEL_STATES",
     "PROFILING_STATES",
+    "WORKER_START_REASONS",
     "GpuLabels",
     "LiveSnapshot",
     "LiveStatus",
@@ -22,17 +25,9 @@ __all__ = [
 
 #: Every state of the daemon, as exported in ``ktuned_daemon_state``.
 DAEMON_STATES = ("starting", "tuning", "idle", "paused_gpu_busy", "reloading", "stopping")
-#: Every state of a kernel, as exported in ``ktuned_kernel_state`` (docs/service.md).
-KERNEL_STATES = (
-    "new",
-    "tuning",
-    "converged",
-    "exhausted",
-    "failed",
-    "needs_llm",
-    "invalid",
-    "retired",
-)
+#: Why an evaluation worker took over (tuned.daemon.gated), as exported in
+#: ``ktuned_worker_starts_total{reason}``.
+WORKER_START_REASONS = ("start", "crash", "timeout", "confirm", "recycle")
 #: Every state of hardware feedback, as exported in ``ktuned_profiling_state``
 #: (:class:`tuned.profiling.HardwareFeedback`, docs/profiling.md).
 PROFILING_STATES = ("enabled", "disabled", "interpreter", "unavailable")
@@ -60,7 +55,8 @@ class LiveSnapshot:
     gpu_busy: Mapping[str, bool] = field(default_factory=dict)  # by GpuLabels.gpu
     fingerprint: Mapping[str, str] = field(default_factory=dict)
     errors_total: int = 0
-    worker_restarts_total: int = 0
+    #: Workers that took over, by reason (tuned.daemon.gated.WORKER_START_REASONS).
+    worker_starts: Mapping[str, int] = field(default_factory=dict)
     discarded_total: int = 0
     profiling_state: str = "disabled"
     #: Rows in the local outbox waiting for the PostgreSQL store to answer again

@@ -1,28 +1,63 @@
 """Knob discovery: the tuning space of an entry that declares no ``knobs``, read from its source.
 
 Nothing is executed: the module's syntax tree (:mod:`ast`) is searched for launch sites
-``kernel[grid](...)`` inside the launcher, where ``kernel`` is a top-level ``@triton.jit``
-function. A value reaching such a launch is a knob when
+``kernel[grid](...)`` of ``@triton.jit`` functions (the module's own, or imported:
+:mod:`tuned.registry.kernel_sources`), in the launcher (a function, a method, an autograd
+Function's ``forward``/``backward``) and in the module's functions it calls
+(:data:`CALL_DEPTH` deep). Each performance parameter reaching a launch becomes a knob,
+wherever the code binds it:
 
-- it is bound to a ``tl.constexpr`` parameter of the kernel (by position or keyword), or to the
-  launch options ``num_warps`` / ``num_stages``, and
-- it is a plain name of a launcher parameter that is passable by keyword and has a literal
-  ``bool``/``int`` default: the tuner calls ``launcher(*inputs, **knobs)``, so only such a
-  parameter can carry a candidate's value, and its default is the baseline.
+- ``param``: a launcher parameter with a literal ``int`` default passed at the launch
+  (``BLOCK=BLOCK``): the tuner passes it as a keyword argument, its default is the baseline;
+- ``literal``: a literal at the launch (``BLOCK=1024``, ``num_warps=8``) or a local bound to
+  one literal (``BLOCK_ROW = 16``): values on the ladder around it, baseline the literal;
+- ``option``: ``num_warps`` (and ``num_stages`` for ``tl.dot`` kernels) that the launch does
+  not pass: added, baseline Triton's default;
+- ``binding`` / ``expression``: a value the code computes from the shape (``BLOCK_SIZE,
+  num_warps = calculate_settings(n)``, ``triton.next_power_of_2(n)`` at the launch, a helper's
+  parameter): values are *transforms* of the computed value (``x2``, ``/2``, baseline ``x1``,
+  clamped), so a knob stays valid on every shape;
+- ``autotune`` / ``heuristic``: see :mod:`tuned.registry.autotune`.
 
-Candidate values follow fixed rules (:func:`candidate_values`, documented in
-``docs/registry.md``). A value hard-coded at the launch site (``BLOCK=1024``), a parameter
-without a literal default, a name no rule covers, or an ``@triton.autotune`` kernel is not
-tuned; each gets a :class:`Notice` saying what to change. The source is never rewritten:
-the code that runs is always the code the user wrote.
+Every knob but ``param`` is injected into a generated copy of the module
+(:mod:`tuned.registry.injection`); the user's file is never edited. A knob is a performance
+parameter: ``num_warps``/``num_stages``, or a ``tl.constexpr`` parameter whose name says block,
+tile, group or split and that the kernel uses as a size (:mod:`tuned.registry.kernel_facts`).
+Booleans, flags, strings, floats and anything else that changes the math stay inputs.
+A block the kernel does not loop over and the grid does not tile (a one-pass row kernel
+needs ``BLOCK >= n``) may grow but never shrink. Knobs of one launch are named
+``kernel.NAME`` when the launcher launches several kernels (:data:`Discovery.reach` says
+which kernels each knob reaches).
 """
 
 from __future__ import annotations
 
 import ast
-import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from tuned.registry.autotune import AUTO, AutotuneSpace, autotune_space, autotune_values
+from tuned.registry.bindings import Local, local_bindings, names_in, parameters
+from tuned.registry.kernel_facts import KernelFacts, kernel_facts
+from tuned.registry.kernel_sources import (
+    imported_kernels,
+    launched_name,
+    launcher_functions,
+    module_functions,
+)
+from tuned.registry.knob_values import (
+    BLOCK_BOUNDS,
+    BLOCK_OCTAVES,
+    DOT_BLOCK_BOUNDS,
+    GROUPS,
+    STAGES,
+    WARPS,
+    bounds,
+    candidate_values,
+    knob_rule,
+    ladder,
+    scale_values,
+)
 from tuned.registry.source import ModuleOutline
 from tuned.registry.spec import KnobValue
 
@@ -30,313 +65,509 @@ __all__ = [
     "BLOCK_OCTAVES",
     "Discovery",
     "Notice",
+    "Site",
     "candidate_values",
     "discover_knobs",
+    "discover_source",
     "knob_rule",
+    "scale_values",
 ]
 
-#: Octaves (factors of two) searched below and above a block size found in the source.
-BLOCK_OCTAVES = 3
-#: Bounds of discovered block sizes: ``tl.arange`` takes powers of two, a block of 2^16
-#: elements is already far past what one program holds in registers.
-BLOCK_BOUNDS = (1, 1 << 16)
-#: Bounds for block sizes of kernels that call ``tl.dot``: it needs every dimension >= 16, and
-#: tiles past 256 exceed shared memory on current GPUs.
-DOT_BLOCK_BOUNDS = (16, 256)
-WARPS = (1, 2, 4, 8, 16)
-STAGES = (1, 2, 3, 4, 5)
-GROUPS = (1, 2, 4, 8, 16)
+
+#: How deep discovery follows calls from the launcher into the module's own functions.
+CALL_DEPTH = 3
+#: Triton's defaults for launch options a launch does not pass (the baseline of an added one).
+OPTION_DEFAULTS = {"num_warps": 4, "num_stages": 3}
 _LAUNCH_OPTIONS = ("num_warps", "num_stages")
-_SCALARS = (bool, int, float, str)
-_BLOCK_RE = re.compile(r"BLOCK|TILE", re.IGNORECASE)
-_GROUP_RE = re.compile(r"GROUP", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
 class Notice:
-    """Something discovery could not tune and what the user can change (not an error)."""
+    """Something discovery could not tune and why (not an error)."""
 
     line: int
     reason: str
 
 
+@dataclass(frozen=True, eq=False)
+class Site:
+    """Where one injected knob's value is written into the generated copy.
+
+    ``form``: ``literal`` (``node``, a constant, is replaced by the value), ``option`` (the
+    launch ``node`` gets ``target=value``), ``rebind`` (after statement ``node``, or before it
+    when ``before``, ``target = transform(target)`` is inserted), ``wrap`` (expression ``node``
+    is replaced by its transform), ``autotune`` (the configs ``node`` becomes one config),
+    ``heuristic`` (the lambda body ``node`` is replaced by its transform).
+    """
+
+    knob: str
+    form: str
+    node: ast.AST
+    target: str
+    rule: str  # block | warps | stages | group | config
+    scale: bool  # values are transforms (``x2``) of the value the code computes
+    bounds: tuple[int, int] = (1, 1 << 16)
+    before: bool = False
+    autotune: AutotuneSpace | None = None
+
+
 @dataclass
 class Discovery:
-    """The discovered space (launcher parameter order) and the notices."""
+    """The discovered space, the baseline of injected knobs, their sites, and the notices."""
 
     knobs: dict[str, tuple[KnobValue, ...]] = field(default_factory=dict)
     notices: list[Notice] = field(default_factory=list)
+    baseline: dict[str, KnobValue] = field(default_factory=dict)
+    sites: dict[str, list[Site]] = field(default_factory=dict)
+    #: knob -> the kernels it reaches
+    reach: dict[str, frozenset[str]] = field(default_factory=dict)
+
+    @property
+    def injected(self) -> frozenset[str]:
+        """Knobs written into the generated copy (not passed to the launcher)."""
+        return frozenset(self.sites)
 
 
-def knob_rule(names: set[str], baseline: KnobValue) -> str | None:
-    """Which value rule covers a knob: ``names`` are the launcher parameter and the kernel
-    parameters or launch options it feeds. None: no rule (the knob is not tuned)."""
-    if isinstance(baseline, bool):
-        return "boolean"
-    if not isinstance(baseline, int):
-        return None
-    if "num_warps" in names:
-        return "warps"
-    if "num_stages" in names:
-        return "stages"
-    if any(_GROUP_RE.search(n) for n in names):
-        return "group"
-    if any(_BLOCK_RE.search(n) for n in names):
-        return "block"
-    return None
-
-
-def candidate_values(rule: str, baseline: KnobValue, *, uses_dot: bool) -> tuple[KnobValue, ...]:
-    """The candidate values of a knob under ``rule`` (see :func:`knob_rule`)."""
-    if rule == "boolean":
-        return (False, True)
-    assert isinstance(baseline, int) and not isinstance(baseline, bool)
-    if rule == "warps":
-        return (*WARPS, 32) if baseline >= 16 else WARPS
-    if rule == "stages":
-        return STAGES
-    if rule == "group":
-        return GROUPS
-    low, high = DOT_BLOCK_BOUNDS if uses_dot else BLOCK_BOUNDS
-    centre = 1 << max(baseline, 1).bit_length() - 1  # the power of two at or below it
-    low = max(low, centre >> BLOCK_OCTAVES)
-    high = min(high, centre << BLOCK_OCTAVES)
-    values: list[KnobValue] = []
-    v = 1
-    while v <= high:
-        if v >= low:
-            values.append(v)
-        v <<= 1
-    return tuple(values)
-
-
-def _is_jit(decorator: ast.expr) -> bool:
-    target = decorator.func if isinstance(decorator, ast.Call) else decorator
-    if isinstance(target, ast.Attribute):
-        return target.attr == "jit"
-    return isinstance(target, ast.Name) and target.id == "jit"
-
-
-def _decorator_name(decorator: ast.expr) -> str:
-    target = decorator.func if isinstance(decorator, ast.Call) else decorator
-    if isinstance(target, ast.Attribute):
-        return target.attr
-    return target.id if isinstance(target, ast.Name) else ""
-
-
-def _is_constexpr(annotation: ast.expr | None) -> bool:
-    if isinstance(annotation, ast.Attribute):
-        return annotation.attr == "constexpr"
-    if isinstance(annotation, ast.Name):
-        return annotation.id == "constexpr"
-    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
-        return annotation.value.rsplit(".", 1)[-1] == "constexpr"
-    return False
-
-
-@dataclass(frozen=True)
-class _Kernel:
-    name: str
-    params: tuple[str, ...]  # positional-or-keyword parameters, in order
-    constexprs: frozenset[str]
-    uses_dot: bool
-    tuned_by_triton: str  # "autotune" / "heuristics" decorator, or ""
-
-
-def _kernels(outline: ModuleOutline) -> dict[str, _Kernel]:
-    kernels: dict[str, _Kernel] = {}
-    for name, fn in outline.functions.items():
-        if not any(_is_jit(d) for d in fn.decorator_list):
-            continue
-        args = [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]
-        uses_dot = any(
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr in ("dot", "dot_scaled")
-            for node in ast.walk(fn)
-        )
-        by_triton = next(
-            (
-                _decorator_name(d)
-                for d in fn.decorator_list
-                if _decorator_name(d) in ("autotune", "heuristics")
-            ),
-            "",
-        )
-        kernels[name] = _Kernel(
-            name=name,
-            params=tuple(a.arg for a in [*fn.args.posonlyargs, *fn.args.args]),
-            constexprs=frozenset(a.arg for a in args if _is_constexpr(a.annotation)),
-            uses_dot=uses_dot,
-            tuned_by_triton=by_triton,
-        )
-    return kernels
-
-
-def _launcher_parameters(launcher: ast.FunctionDef) -> dict[str, ast.expr | None]:
-    """Keyword-passable parameters of the launcher and their default expressions (or None)."""
-    args = launcher.args
-    positional = [*args.posonlyargs, *args.args]
-    defaults: dict[str, ast.expr | None] = {p.arg: None for p in args.args}
-    tail = positional[len(positional) - len(args.defaults) :]
-    for p, d in zip(tail, args.defaults, strict=True):
-        if p.arg in defaults:
-            defaults[p.arg] = d
-    defaults.update({p.arg: d for p, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)})
-    return defaults
-
-
-def _literal(node: ast.expr) -> tuple[bool, object]:
+def _literal(node: ast.expr | None) -> tuple[bool, KnobValue | None]:
+    """(True, value) for a literal scalar; (False, None) for anything else."""
+    if node is None:
+        return False, None
     try:
-        return True, ast.literal_eval(node)
+        value = ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
         return False, None
+    return (True, value) if isinstance(value, (int, float, str, bool)) else (False, None)
 
 
-def _launch_bindings(call: ast.Call, kernel: _Kernel) -> list[tuple[str, ast.expr]]:
-    """(kernel parameter or launch option, argument expression) of one launch."""
-    bound: list[tuple[str, ast.expr]] = []
-    for index, arg in enumerate(call.args):
-        if isinstance(arg, ast.Starred) or index >= len(kernel.params):
-            break  # *args: positions after it are unknown
-        bound.append((kernel.params[index], arg))
-    bound.extend((kw.arg, kw.value) for kw in call.keywords if kw.arg is not None)
-    return [
-        (name, expr) for name, expr in bound if name in kernel.constexprs or name in _LAUNCH_OPTIONS
-    ]
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass
+class _Use:
+    """One value reaching kernel parameters or launch options: how it becomes a knob."""
+
+    key: tuple[str, ...]  # identity: (form, function, name...) so shared bindings merge
+    base: str  # the knob's preferred name
+    form: str
+    nodes: list[tuple[ast.AST, bool]]  # (node, before) for the sites
+    targets: set[str] = field(default_factory=set)  # kernel params / options it feeds
+    kernels: set[str] = field(default_factory=set)
+    value: KnobValue | None = None  # absolute baseline (None: scaled)
+    dot: bool = False
+    shrink: bool = True
+    line: int = 0
+    scope: str = ""  # the function or kernel that names it apart when its name is taken
 
 
 class _Finder:
-    """Walks the launcher's launch sites and collects knobs and notices."""
-
-    def __init__(self, outline: ModuleOutline, launcher: ast.FunctionDef, module: str) -> None:
-        self.kernels = _kernels(outline)
-        self.launcher = launcher
+    def __init__(
+        self,
+        functions: Mapping[str, ast.FunctionDef],
+        launchers: list[ast.FunctionDef],
+        module: str,
+        imported: Mapping[str, ast.FunctionDef] | None = None,
+        tree: ast.Module | None = None,
+    ) -> None:
+        self.tree = tree  # the module, for autotune configs bound at its top level
+        self.functions = functions
+        imported = {k: v for k, v in (imported or {}).items() if k not in functions}
+        self.kernels = kernel_facts({**imported, **functions}, foreign=imported)
+        self.launchers = launchers
         self.module = module
-        self.parameters = _launcher_parameters(launcher)
-        self.positional_only = {p.arg for p in launcher.args.posonlyargs}
-        self.feeds: dict[str, set[str]] = {}  # launcher parameter -> what it feeds
-        self.dot: set[str] = set()  # launcher parameters that reach a tl.dot kernel
+        self.uses: dict[tuple[str, ...], _Use] = {}
+        self.autotune_spaces: dict[str, AutotuneSpace] = {}
         self.result = Discovery()
 
     def note(self, node: ast.AST, reason: str) -> None:
-        self.result.notices.append(Notice(line=getattr(node, "lineno", 0), reason=reason))
+        if all(n.reason != reason for n in self.result.notices):  # once, at its first place
+            self.result.notices.append(Notice(line=getattr(node, "lineno", 0), reason=reason))
+
+    def scanned(self) -> list[ast.FunctionDef]:
+        """The launchers, and the module's non-kernel functions they call (breadth first)."""
+        seen: list[ast.FunctionDef] = list(self.launchers)
+        frontier = list(self.launchers)
+        for _ in range(CALL_DEPTH):
+            nxt: list[ast.FunctionDef] = []
+            for fn in frontier:
+                for node in ast.walk(fn):
+                    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                        callee = self.functions.get(node.func.id)
+                        if (
+                            callee is not None
+                            and callee.name not in self.kernels
+                            and all(callee is not s for s in seen)
+                        ):
+                            seen.append(callee)
+                            nxt.append(callee)
+            frontier = nxt
+        return seen
 
     def run(self) -> Discovery:
-        sites = [
-            (node, self.kernels[node.func.value.id])
-            for node in ast.walk(self.launcher)
-            if isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Subscript)
-            and isinstance(node.func.value, ast.Name)
-            and node.func.value.id in self.kernels
-        ]
-        where = f"launcher '{self.launcher.name}' in {self.module}"
+        sites = 0
+        for fn in self.scanned():
+            local = local_bindings(fn)
+            for node in ast.walk(fn):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Subscript)
+                    and (name := launched_name(node.func.value)) in self.kernels
+                ):
+                    sites += 1
+                    self.site(fn, local, node, self.kernels[name])
         if not sites:
+            names = ", ".join(f.name for f in self.launchers)
             self.note(
-                self.launcher,
-                f"no launch `kernel[grid](...)` of a top-level @triton.jit function in {where}, "
-                "so no knob was discovered; declare knobs in kernel.yaml",
+                self.launchers[0],
+                f"no launch `kernel[grid](...)` of a top-level @triton.jit function in {names} "
+                f"or the functions of {self.module} it calls, so no knob was discovered; "
+                "declare knobs in kernel.yaml",
             )
-        for call, kernel in sorted(sites, key=lambda s: (s[0].lineno, s[0].col_offset)):
-            self.site(call, kernel)
         self.finish()
         return self.result
 
-    def site(self, call: ast.Call, kernel: _Kernel) -> None:
-        at = f"{kernel.name}[...]"
-        if kernel.tuned_by_triton:
-            self.note(
-                call,
-                f"{kernel.name} is decorated with @triton.{kernel.tuned_by_triton}: Triton "
-                f"chooses its values at run time, so discovery leaves its launch alone; declare "
-                "knobs in kernel.yaml to tune the launcher's parameters",
-            )
-            return
-        bindings = _launch_bindings(call, kernel)
-        passed = {name for name, _ in bindings}
-        for name, expr in bindings:
-            self.binding(call, kernel, name, expr, at)
-        launcher = self.launcher.name
-        if "num_warps" not in passed and "num_warps" not in self.parameters:
-            self.note(
-                call,
-                f"{at} does not pass num_warps, so Triton's default (4) is never varied; to "
-                f"tune it, add a parameter `num_warps: int = 4` to {launcher} and pass "
-                "`num_warps=num_warps` at the launch",
-            )
-        if kernel.uses_dot and "num_stages" not in passed and "num_stages" not in self.parameters:
-            self.note(
-                call,
-                f"{at} calls tl.dot but does not pass num_stages (software pipelining); to "
-                f"tune it, add a parameter `num_stages: int = 3` to {launcher} and pass "
-                "`num_stages=num_stages` at the launch",
-            )
+    # -- one launch
 
-    def binding(self, call: ast.Call, kernel: _Kernel, name: str, expr: ast.expr, at: str) -> None:
-        launcher = self.launcher.name
-        if isinstance(expr, ast.Name) and (
-            expr.id in self.parameters or expr.id in self.positional_only
-        ):
-            param = expr.id
-            default = self.parameters.get(param)
-            ok, value = (False, None) if default is None else _literal(default)
-            if param not in self.positional_only and ok and isinstance(value, _SCALARS):
-                self.feeds.setdefault(param, {param}).add(name)
-                if kernel.uses_dot:
-                    self.dot.add(param)
-                return
-            if knob_rule({name, param}, 1) is None:
-                return  # not a kind of value discovery would tune: nothing to say
-            if param in self.positional_only:
-                why = "is positional-only; make it a keyword parameter"
-            elif default is None:
-                why = f"has no default; give it a literal default (`{param}=...`, the baseline)"
+    def site(self, fn: ast.FunctionDef, local: Local, call: ast.Call, kernel: KernelFacts) -> None:
+        bound: list[tuple[str, ast.expr]] = []
+        opaque = False  # a **mapping whose keys are unknown
+        for index, arg in enumerate(call.args):
+            if isinstance(arg, ast.Starred) or index >= len(kernel.params):
+                break
+            bound.append((kernel.params[index], arg))
+        for kw in call.keywords:
+            if kw.arg is not None:
+                bound.append((kw.arg, kw.value))
+            elif isinstance(kw.value, ast.Name) and kw.value.id in local.dicts:
+                bound.extend(local.dicts[kw.value.id].items())
             else:
-                why = (
-                    f"has the default `{ast.unparse(default)}`, not a literal int or bool; "
-                    f"write the value itself (`{param}=...`, the baseline)"
-                )
+                opaque = True
+        grid = names_in(call.func.slice) if isinstance(call.func, ast.Subscript) else set()
+        nested = {n.name: n for n in fn.body if isinstance(n, ast.FunctionDef)}
+        for name in list(grid):  # through the launcher's own bindings of the grid
+            for _, value in local.fresh.get(name, []):
+                grid |= names_in(value) if value is not None else set()
+            if name in nested:  # def grid(META): return (triton.cdiv(n, META["BLOCK"]),)
+                grid |= names_in(nested[name])
+        if kernel.autotune is not None:
+            self.autotuned(call, kernel, grid)
+        if kernel.heuristics is not None and kernel.foreign:
             self.note(
-                call, f"{at} passes {name}={param}, but {param} of {launcher} {why} to tune it"
+                call,
+                f"{kernel.name} is imported and its @triton.heuristics live in its own module; "
+                "they are not tuned here (register that module's launcher to tune them)",
             )
+        elif kernel.heuristics is not None:
+            self.heuristics(kernel, grid)
+        passed = {name for name, _ in bound}
+        for name, expr in bound:
+            if name in kernel.constexprs or name in _LAUNCH_OPTIONS:
+                self.binding(fn, local, call, kernel, name, expr, grid)
+        if kernel.autotune is None:
+            wanted = ["num_warps", *(["num_stages"] if kernel.uses_dot else [])]
+            for option in wanted:
+                if option in passed:
+                    continue
+                if opaque:
+                    self.note(
+                        call,
+                        f"{kernel.name}[...] passes **kwargs discovery cannot read, so "
+                        f"{option} is not added (it might be passed twice)",
+                    )
+                    continue
+                use = self.use(("option", kernel.name, option), option, "option", kernel.name)
+                use.nodes.append((call, False))
+                use.value = OPTION_DEFAULTS[option]
+                self.feed(use, kernel, option, grid)
+
+    def use(self, key: tuple[str, ...], base: str, form: str, scope: str) -> _Use:
+        if key not in self.uses:
+            self.uses[key] = _Use(
+                key=key, base=base, form=form, nodes=[], line=len(self.uses), scope=scope
+            )
+        return self.uses[key]
+
+    def feed(self, use: _Use, kernel: KernelFacts, target: str, grid: set[str]) -> None:
+        use.targets.add(target)
+        use.kernels.add(kernel.name)
+        use.dot = use.dot or kernel.uses_dot
+        tiled = target in kernel.tiled or target in grid or use.base in grid
+        use.shrink = use.shrink and tiled
+
+    def performance(self, kernel: KernelFacts, target: str) -> bool:
+        return target in _LAUNCH_OPTIONS or target in kernel.sized
+
+    def binding(
+        self,
+        fn: ast.FunctionDef,
+        local: Local,
+        call: ast.Call,
+        kernel: KernelFacts,
+        target: str,
+        expr: ast.expr,
+        grid: set[str],
+    ) -> None:
+        if not self.performance(kernel, target):
             return
         ok, value = _literal(expr)
-        if ok and isinstance(value, (bool, int)) and knob_rule({name}, value) is not None:
-            annotation = "bool" if isinstance(value, bool) else "int"
-            self.note(
-                call,
-                f"{at} passes {name}={value!r} as a literal, so it cannot be tuned (knobs reach "
-                f"the kernel as keyword arguments of {launcher}); to tune it, add a parameter "
-                f"`{name}: {annotation} = {value!r}` to {launcher} and pass `{name}={name}` at "
-                "the launch",
+        if ok:  # a literal at the launch
+            if _is_int(value) and knob_rule({target}, value) is not None:
+                key = ("literal", kernel.name, target, str(value))
+                use = self.use(key, target, "literal", kernel.name)
+                use.nodes.append((expr, False))
+                use.value = value
+                self.feed(use, kernel, target, grid)
+            return
+        if not isinstance(expr, ast.Name):  # an expression at the launch
+            if knob_rule({target}, 1) in ("block", "warps", "stages"):
+                use = self.use(("wrap", kernel.name, target), target, "wrap", kernel.name)
+                use.nodes.append((expr, False))
+                self.feed(use, kernel, target, grid)
+            return
+        name = expr.id
+        params = parameters(fn)
+        if name in local.tangled:
+            if knob_rule({target, name}, 1) is not None:
+                self.note(
+                    expr,
+                    f"{name} (passed as {target} to {kernel.name}) is rebound from itself, by a "
+                    f"loop or a with statement in {fn.name}; discovery does not transform it",
+                )
+            return
+        if name in local.fresh:
+            values = [v for _, v in local.fresh[name]]
+            literals = [_literal(v) for v in values]
+            if all(ok and _is_int(v) for ok, v in literals) and len({v for _, v in literals}) == 1:
+                value = literals[0][1]
+                if knob_rule({target, name}, value) is None:
+                    return
+                use = self.use(("local", fn.name, name), name, "literal", fn.name)
+                use.nodes = [(v, False) for v in values if v is not None]
+                use.value = value
+            else:
+                if knob_rule({target, name}, 1) not in ("block", "warps", "stages"):
+                    return
+                use = self.use(("local", fn.name, name), name, "rebind", fn.name)
+                use.nodes = [(stmt, False) for stmt, _ in local.fresh[name]]
+            self.feed(use, kernel, target, grid)
+            return
+        every = {a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]}
+        if name not in every:
+            return  # a global or closure name: not the launcher's to change
+        ok, value = _literal(params.get(name))
+        if fn in self.launchers and ok and _is_int(value):
+            if knob_rule({target, name}, value) is None:
+                return
+            use = self.use(("param", name), name, "param", fn.name)
+            use.value = value
+            self.feed(use, kernel, target, grid)
+            return
+        if knob_rule({target, name}, 1) not in ("block", "warps", "stages"):
+            return
+        first = fn.body[0]
+        if (
+            len(fn.body) > 1
+            and isinstance(first, ast.Expr)
+            and isinstance(first.value, ast.Constant)
+            and isinstance(first.value.value, str)
+        ):
+            first = fn.body[1]
+        use = self.use(("local", fn.name, name), name, "rebind", fn.name)
+        use.nodes = [(first, True)]
+        self.feed(use, kernel, target, grid)
+
+    # -- decorators
+
+    def autotuned(self, call: ast.Call, kernel: KernelFacts, grid: set[str]) -> None:
+        assert kernel.autotune is not None
+        key = ("autotune", kernel.name)
+        if key in self.uses:
+            if kernel.foreign:  # pinned at each launch: `kernel.fn[grid](..., BLOCK=...)`
+                self.uses[key].nodes.append((call, False))
+            return
+        space = autotune_space(kernel.name, kernel.autotune, None if kernel.foreign else self.tree)
+        if kernel.foreign and not isinstance(space, str) and space.extra:
+            space = (
+                f"its configs pass {space.extra.lstrip(', ')}, which a launch-site pin of "
+                "the imported kernel would lose"
             )
+        if isinstance(space, str):
+            self.note(call, f"{kernel.name}: {space}; declare knobs in kernel.yaml")
+            return
+        use = self.use(key, kernel.name, "autotune", kernel.name)
+        use.nodes = [(call if kernel.foreign else space.configs_node, False)]
+        use.kernels.add(kernel.name)
+        use.dot = kernel.uses_dot
+        self.autotune_spaces[kernel.name] = space
+
+    def heuristics(self, kernel: KernelFacts, grid: set[str]) -> None:
+        assert kernel.heuristics is not None
+        values = kernel.heuristics.args[0] if kernel.heuristics.args else None
+        if not isinstance(values, ast.Dict):
+            return
+        for k, v in zip(values.keys, values.values, strict=True):
+            if not (isinstance(k, ast.Constant) and isinstance(k.value, str)):
+                continue
+            target = k.value
+            rule = knob_rule({target}, 1)
+            if rule not in ("block", "warps") or not self.performance(kernel, target):
+                continue
+            if not isinstance(v, ast.Lambda):
+                self.note(v, f"{kernel.name}: heuristic {target} is not a lambda; not tuned")
+                continue
+            key = ("heuristic", kernel.name, target)
+            use = self.use(key, target, "heuristic", kernel.name)
+            use.nodes = [(v.body, False)]
+            self.feed(use, kernel, target, grid)
+
+    # -- naming and values
 
     def finish(self) -> None:
-        order = list(self.parameters)
-        for param in sorted(self.feeds, key=order.index):
-            default = self.parameters[param]
-            assert default is not None
-            _, value = _literal(default)
-            assert isinstance(value, (bool, int, float, str))
-            rule = knob_rule(self.feeds[param], value)
-            if rule is None:
-                fed = ", ".join(sorted(self.feeds[param] - {param})) or param
-                self.note(
-                    default,
-                    f"launcher parameter {param} (default {value!r}) feeds {fed}, but no "
-                    "discovery rule covers it (rules: block/tile sizes, group sizes, num_warps, "
-                    "num_stages, booleans); declare knobs in kernel.yaml to tune it",
-                )
+        taken: set[str] = set()
+        several = len({k for u in self.uses.values() for k in u.kernels}) > 1
+        for use in sorted(self.uses.values(), key=lambda u: (u.form != "param", u.line)):
+            if use.form == "param" and self.launchers:
+                order = list(parameters(self.launchers[0]))
+                use.line = order.index(use.base) if use.base in order else use.line
+            if use.form == "autotune":
+                self.autotune_knobs(use, taken, several)
                 continue
-            self.result.knobs[param] = candidate_values(rule, value, uses_dot=param in self.dot)
+            rule = knob_rule({use.base, *use.targets}, use.value if use.value is not None else 1)
+            if rule is None:
+                continue
+            name = use.base
+            if use.key[0] != "local" and use.form != "param" and several:
+                name = f"{sorted(use.kernels)[0]}.{use.base}"
+            if use.form == "rebind" and rule in ("group", "split"):
+                continue  # a computed group / split count is part of the math
+            if use.form != "param":
+                name = _unique(name, taken, use.scope)
+            taken.add(name)
+            scale = use.form in ("rebind", "wrap", "heuristic")
+            if scale:
+                values: tuple[KnobValue, ...] = scale_values(rule, shrink=use.shrink)
+                baseline: KnobValue = "x1"
+            else:
+                assert use.value is not None
+                if rule == "split" and not use.shrink:
+                    continue  # a split the grid does not follow would lose work
+                values = candidate_values(rule, use.value, uses_dot=use.dot, shrink=use.shrink)
+                baseline = use.value
+            if len(values) < 2 and not (len(values) == 1 and values[0] != baseline):
+                continue
+            self.result.knobs[name] = values
+            self.result.reach[name] = frozenset(use.kernels)
+            if use.form == "param":
+                continue  # a launcher parameter: passed by keyword, never injected
+            self.result.baseline[name] = baseline
+            limits = bounds(rule, use.dot)
+            if not use.shrink and rule == "block" and not scale:
+                limits = (int(use.value or 1), limits[1])
+            target = use.base if use.form in ("rebind", "option") else next(iter(use.targets))
+            self.result.sites[name] = [
+                Site(
+                    knob=name,
+                    form=use.form,
+                    node=node,
+                    target=target,
+                    rule=rule,
+                    scale=scale,
+                    bounds=limits,
+                    before=before,
+                )
+                for node, before in use.nodes
+            ]
+
+    def autotune_knobs(self, use: _Use, taken: set[str], several: bool) -> None:
+        kernel = next(iter(use.kernels))
+        space = self.autotune_spaces[kernel]
+        for key in space.keys:
+            seen = [c[key] for c in space.configs]
+            rule = knob_rule({key}, seen[0])
+            if rule == "block":
+                lo, hi = DOT_BLOCK_BOUNDS if use.dot else BLOCK_BOUNDS
+                rungs: tuple[int, ...] | None = ladder(lo, hi)
+            elif rule == "warps":
+                rungs = (*WARPS, 32)
+            elif rule == "stages":
+                rungs = STAGES
+            elif rule in ("group", "split"):
+                rungs = GROUPS
+            else:
+                rungs = None
+            values = autotune_values(key, seen, rungs)
+            if len(values) < 2:
+                continue
+            name = _unique(f"{kernel}.{key}" if several else key, taken, kernel)
+            taken.add(name)
+            self.result.knobs[name] = values
+            self.result.reach[name] = frozenset({kernel})
+            self.result.baseline[name] = AUTO
+            self.result.sites[name] = [
+                Site(
+                    knob=name,
+                    form="autotune_launch" if node is not space.configs_node else "autotune",
+                    node=node,
+                    target=key,
+                    rule="config",
+                    scale=False,
+                    autotune=space,
+                )
+                for node, _ in use.nodes
+            ]
 
 
-def discover_knobs(outline: ModuleOutline, launcher: ast.FunctionDef, module: str) -> Discovery:
-    """The knobs of ``launcher`` found at its launch sites, and notices of what was left out.
+def _unique(name: str, taken: set[str], scope: str) -> str:
+    if name not in taken:
+        return name
+    scoped = f"{scope}.{name}" if scope else name
+    n, candidate = 2, scoped
+    while candidate in taken:
+        candidate, n = f"{scoped}_{n}", n + 1
+    return candidate
 
-    Every knob is a keyword-passable parameter of the launcher with a literal default, so
-    :func:`tuned.registry.source.launcher_defaults` accepts it and the default is the
-    baseline (it may lie outside the candidate values, like a declared baseline may).
-    """
-    return _Finder(outline, launcher, module).run()
+
+def discover_knobs(
+    outline: ModuleOutline,
+    launcher: ast.FunctionDef,
+    module: str,
+    *,
+    source: str | None = None,
+    sources: Mapping[str, str] | None = None,
+) -> Discovery:
+    """The knobs of ``launcher`` (a top-level function of the module outlined by ``outline``)
+    and of the module's functions it calls, and notices of what was left out. With the
+    module's ``source``, kernels it imports are found too (:func:`imported_kernels`, looking
+    in ``sources``, the entry's other files, first)."""
+    functions: Mapping[str, ast.FunctionDef] = outline.functions
+    imported: dict[str, ast.FunctionDef] = {}
+    tree = None
+    if source is not None:
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            tree = ast.Module(body=[], type_ignores=[])
+        functions = {**module_functions(tree), **outline.functions}  # `if has_triton():` too
+        imported = imported_kernels(tree, sources)
+    return _Finder(functions, [launcher], module, imported, tree).run()
+
+
+def discover_source(
+    source: str,
+    launcher: str,
+    module: str = "module",
+    *,
+    sources: Mapping[str, str] | None = None,
+) -> Discovery | None:
+    """Discovery on ``source`` for the launcher named ``launcher`` (see
+    :func:`launcher_functions`); None when the source does not parse or lacks the launcher.
+    ``sources``: the entry's other files (relative path -> text), for imported kernels."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    launchers = launcher_functions(tree, launcher)
+    if not launchers:
+        return None
+    functions = module_functions(tree)
+    return _Finder(functions, launchers, module, imported_kernels(tree, sources), tree).run()

@@ -12,18 +12,22 @@ from __future__ import annotations
 
 import hashlib
 import os
-import stat
-from collections.abc import Hashable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import yaml
-from yaml.constructor import ConstructorError
 
 from tuned.errors import BadInputError, RegistryError
 from tuned.registry.discovery import discover_knobs
 from tuned.registry.knobs import check_knobs
+from tuned.registry.launchers import (
+    CallFieldValues,
+    check_call_fields,
+    check_dotted_path,
+    check_paths_bound,
+    launcher_definition,
+    returns_nothing,
+    stub_reason,
+)
 from tuned.registry.problems import Problem, Problems, show
 from tuned.registry.replay import check_replay
 from tuned.registry.roofline import check_roofline
@@ -40,6 +44,7 @@ from tuned.registry.validate import (
     check_top_level,
     check_weight,
 )
+from tuned.yaml_files import YamlFileError, decode_utf8, parse_yaml, read_regular_file
 
 __all__ = [
     "DEFAULT_REFERENCE_LAUNCHER",
@@ -78,76 +83,31 @@ class RegistryScan:
         return f"{len(self.entries)} entries ok, {len(self.invalid)} invalid"
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader (what ``yaml.safe_load`` uses) that also rejects duplicate keys.
-
-    YAML requires keys to be unique, but PyYAML silently keeps the last value, so a second
-    ``knobs:`` would quietly replace the first. Explicit keys may still override ``<<`` merges.
-    """
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
-        seen: set[object] = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue
-            key = self.construct_object(key_node, deep=True)
-            if not isinstance(key, Hashable):
-                continue  # the base class reports unhashable keys
-            if key in seen:
-                raise ConstructorError(
-                    None,
-                    None,
-                    f"duplicate key {show(key)}; YAML keys must be unique (a second value "
-                    "would silently replace the first)",
-                    key_node.start_mark,
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
 def _read_bytes(path: Path, cap: int, out: Problems) -> bytes | None:
-    """The bytes of the regular file ``path`` if it is at most ``cap`` bytes, else a problem."""
-    limit = f"{cap >> 20} MiB"
+    """The bytes of the regular file ``path`` if it is at most ``cap`` bytes, else a problem
+    (:func:`tuned.yaml_files.read_regular_file`: a FIFO or device is refused at once)."""
     try:
-        if not stat.S_ISREG(path.stat().st_mode):
-            out.add("", "not a regular file", file=path)
-            return None
-        with path.open("rb") as fh:
-            data = fh.read(cap + 1)
-    except OSError as exc:
-        out.add("", f"cannot read: {exc.strerror or exc}", file=path)
+        return read_regular_file(path, cap=cap, what="registry file")
+    except YamlFileError as exc:
+        out.add("", exc.problem, file=path)
         return None
-    if len(data) > cap:
-        out.add("", f"larger than {limit}; registry files must stay below it", file=path)
-        return None
-    return data
 
 
 def _decode(data: bytes, path: Path, out: Problems) -> str | None:
     try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        out.add("", f"not valid UTF-8 (line {line}, byte {exc.start}); save it as UTF-8", file=path)
+        return decode_utf8(data, path)
+    except YamlFileError as exc:
+        out.add("", f"{exc.where}: {exc.problem}", file=path)
         return None
 
 
 def _parse_yaml(text: str, out: Problems) -> dict[object, object] | None:
-    """The top-level mapping of ``kernel.yaml``, or None after recording why there is none."""
+    """The top-level mapping of ``kernel.yaml``, or None after recording why there is none
+    (:func:`tuned.yaml_files.parse_yaml`: safe types, unique keys, bounded aliases/depth)."""
     try:
-        # A SafeLoader subclass: only plain YAML types are built, no Python objects.
-        doc = yaml.load(text, Loader=_UniqueKeyLoader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        what = "; ".join(p for p in (exc.context, exc.problem) if p)
-        out.add("", f"invalid YAML{at}: {what}")
-        return None
-    except yaml.YAMLError as exc:
-        out.add("", f"invalid YAML: {exc}")
-        return None
-    except RecursionError:
-        out.add("", "invalid YAML: nested too deeply")
+        doc = parse_yaml(text, out.file)
+    except YamlFileError as exc:
+        out.add("", f"{exc.where}: {exc.problem}" if exc.where else exc.problem)
         return None
     keys = ", ".join(TOP_LEVEL_KEYS)
     if doc is None:
@@ -228,6 +188,9 @@ def _check_module(
     functions: Mapping[str, str | None],
     knobs: Mapping[str, tuple[KnobValue, ...]] | None,
     out: Problems,
+    extra: Mapping[str, str] | None = None,
+    call: CallFieldValues | None = None,
+    local: frozenset[str] = frozenset(),
 ) -> tuple[dict[str, tuple[KnobValue, ...]], dict[str, KnobValue], list[Problem]]:
     """Check the named functions against the module's syntax tree.
 
@@ -237,19 +200,53 @@ def _check_module(
     outline = outline_module(source, directory / module, out)
     if outline is None:
         return dict(knobs or {}), {}, []
-    check_functions(outline, module, functions, out)
-    launcher = outline.functions.get(functions["launcher"] or "")
-    if launcher is None:
-        return dict(knobs or {}), {}, []
+    # Launchers as written (tuned.registry.launchers): a def of the module is checked as
+    # before; any other dotted path must start from a name the module binds, or a package.
+    plain = {k: v for k, v in functions.items() if v is None or v in outline.functions}
+    check_functions(outline, module, plain, out)
+    others = {k: v for k, v in functions.items() if k not in plain}
+    check_paths_bound(outline, module, others, out, local)
+    maker = outline.functions.get(functions["inputs"] or "")
+    stub = None if maker is None else stub_reason(maker)
+    if maker is not None and stub is not None:
+        out.add(
+            "inputs",
+            f"{maker.name} (line {maker.lineno} of {module}) is still a stub: {stub}; write "
+            "it and remove the raise",
+        )
+    launcher, _ = launcher_definition(source, outline, functions["launcher"] or "")
     notices: list[Problem] = []
+    injected: dict[str, KnobValue] = {}  # discovered knobs written into a generated copy
+    if launcher is None:
+        if knobs is None and functions["launcher"] is not None:
+            notices = [
+                Problem(
+                    file=directory / module,
+                    field="knobs",
+                    reason=f"the launcher {functions['launcher']} is not defined in {module}: "
+                    "no knobs discovered there; declare knobs to tune it",
+                )
+            ]
+        return dict(knobs or {}), {}, notices
+    if call is not None and not call.outputs and returns_nothing(launcher):
+        out.add(
+            "outputs",
+            f"the launcher {functions['launcher']} (line {launcher.lineno} of {module}) returns "
+            "nothing and the entry declares no outputs, so there would be nothing to check; "
+            "if it writes its results into arguments, list them, e.g. `outputs: [out]` "
+            "(parameter names or positions), else return the outputs",
+        )
+    if knobs is None and launcher.name != (functions["launcher"] or "").split(".")[-1]:
+        knobs = {}  # a method or forward: discovery reads top-level launchers only
     if knobs is None:
-        found = discover_knobs(outline, launcher, module)
-        knobs = found.knobs
+        found = discover_knobs(outline, launcher, module, source=source, sources=extra)
+        knobs, injected = found.knobs, found.baseline
         notices = [
             Problem(file=directory / module, field="knobs", reason=f"line {n.line}: {n.reason}")
             for n in found.notices
         ]
-    return dict(knobs), launcher_defaults(launcher, knobs, module, out), notices
+    params = {k: v for k, v in knobs.items() if k not in injected}
+    return dict(knobs), {**launcher_defaults(launcher, params, module, out), **injected}, notices
 
 
 def _load(path: Path) -> tuple[KernelSpec | None, list[Problem]]:
@@ -277,7 +274,11 @@ def _load(path: Path) -> tuple[KernelSpec | None, list[Problem]]:
     check_top_level(doc, out, kind="reference" if reference_only else "triton")
     name = check_name(doc.get("name"), out)
     module = check_module_path(doc.get("module"), directory, out)
-    functions = {key: check_function_name(key, doc.get(key), out) for key in _FUNCTION_KEYS}
+    if reference_only:
+        functions = {key: check_function_name(key, doc.get(key), out) for key in _FUNCTION_KEYS}
+    else:
+        functions = {key: check_dotted_path(key, doc.get(key), out) for key in _FUNCTION_KEYS}
+    call = check_call_fields(doc, out)
     if reference_only:
         if doc.get("launcher") is None:
             functions["launcher"] = DEFAULT_REFERENCE_LAUNCHER
@@ -309,8 +310,17 @@ def _load(path: Path) -> tuple[KernelSpec | None, list[Problem]]:
         _check_reference_module(source, directory, module, functions, out)
         knobs, declared = {}, True
     elif source is not None:
+        extra = {r: t for r, t in texts.items() if r != module and t is not None}
         knobs, baseline, notices = _check_module(
-            source, directory, module, functions, knobs if declared else None, out
+            source,
+            directory,
+            module,
+            functions,
+            knobs if declared else None,
+            out,
+            extra,
+            call,
+            frozenset(rel.split("/")[0].removesuffix(".py") for rel in texts),
         )
 
     if out.items:
@@ -339,6 +349,10 @@ def _load(path: Path) -> tuple[KernelSpec | None, list[Problem]]:
         extra_files={r: t for r, t in texts.items() if r != module and t is not None},
         notices=tuple(notices),
         kind="reference" if reference_only else "triton",
+        outputs=call.outputs,
+        backward=call.backward,
+        init=call.init,
+        grad_outputs=call.grad_outputs,
     )
     return spec, []
 
@@ -403,6 +417,25 @@ def _load_replay(
     return spec, []
 
 
+def _outside_registry(root: Path, directory: Path) -> Problem | None:
+    """A problem when the entry ``directory`` (a symlink) resolves outside ``root``."""
+    if directory == root or not directory.is_symlink():
+        return None
+    try:
+        target = directory.resolve(strict=True)
+        inside = target.is_relative_to(root.resolve(strict=True))
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python < 3.13)
+        return Problem(file=directory, field="", reason=f"cannot resolve the symlink: {exc}")
+    if inside:
+        return None
+    return Problem(
+        file=directory,
+        field="",
+        reason=f"a symlink to {target}, outside the registry {root}; the registry is the "
+        "set of files ktuned reads and hashes, so copy or move the entry into it",
+    )
+
+
 def load_entry(path: str | os.PathLike[str]) -> KernelSpec:
     """Load and validate one entry: its directory, or its ``kernel.yaml``.
 
@@ -448,6 +481,11 @@ def scan_registry(root: str | os.PathLike[str]) -> RegistryScan:
     invalid: dict[str, list[Problem]] = {}
     owners: dict[str, Path] = {}
     for directory in directories:
+        escape = _outside_registry(root, directory)
+        if escape is not None:
+            problems.append(escape)
+            invalid[str(directory)] = [escape]
+            continue
         spec, found = _load(directory)
         if spec is not None and spec.name in owners:
             found = [

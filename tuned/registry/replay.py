@@ -36,6 +36,7 @@ import numpy as np
 from tuned.registry.problems import Problems, show
 from tuned.registry.spec import KnobValue, ReplaySource
 from tuned.registry.validate import is_int
+from tuned.yaml_files import YamlFileError, read_regular_file
 
 __all__ = [
     "FAILURE_NAMES",
@@ -202,16 +203,12 @@ def read_cache(data: bytes) -> tuple[RecordedCache, str]:
 
 
 def _read_file(path: Path, out: Problems) -> bytes | None:
+    """The cache's bytes (a regular file, at most the cap: a FIFO is refused at once)."""
     try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_CACHE_BYTES + 1)
-    except OSError as exc:
-        out.add("cache", f"cannot read {path}: {exc.strerror or exc}")
+        return read_regular_file(path, cap=MAX_CACHE_BYTES, what="cache file")
+    except YamlFileError as exc:
+        out.add("cache", f"{path}: {exc.problem}")
         return None
-    if len(data) > MAX_CACHE_BYTES:
-        out.add("cache", f"{path} is larger than {MAX_CACHE_BYTES >> 20} MiB")
-        return None
-    return data
 
 
 @dataclass(frozen=True)
@@ -287,7 +284,7 @@ def check_replay(
         )
         return None
     path = (directory / cache_field).absolute()
-    if not path.is_file():
+    if not path.exists():
         out.add("cache", f"file not found: {path}; cache is relative to {directory}")
         return None
     data = _read_file(path, out)

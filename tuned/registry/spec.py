@@ -125,6 +125,23 @@ class KernelSpec:
     replay: ReplaySource | None = None
     #: ``"triton"`` (the default), ``"reference"`` (no Triton module yet) or ``"replay"``.
     kind: str = "triton"
+    #: How the launcher is called (docs/registry.md, "Launchers"): the arguments it writes
+    #: (positions or parameter names), the inputs whose gradients are compared (``("*",)``:
+    #: every floating-point tensor input), constructor arguments of a class launcher, and the
+    #: name of a ``grad_outputs(outputs, seed)`` function of the module.
+    outputs: tuple[int | str, ...] = ()
+    backward: tuple[int | str, ...] = ()
+    init: Mapping[str, KnobValue] = field(default_factory=dict)
+    grad_outputs: str | None = None
+
+    def call_payload(self) -> dict[str, object]:
+        """The call fields as the worker reads them (``tuned.evaluation.invoke.CallFields``)."""
+        return {
+            "outputs": list(self.outputs),
+            "backward": list(self.backward),
+            "init": dict(self.init),
+            "grad_outputs": self.grad_outputs,
+        }
 
     @property
     def reference_only(self) -> bool:

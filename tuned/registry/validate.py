@@ -52,6 +52,11 @@ TOP_LEVEL_KEYS: tuple[str, ...] = (
     "weight",
     "roofline",
     "kind",
+    # how the launcher is called (tuned.registry.launchers)
+    "outputs",
+    "backward",
+    "init",
+    "grad_outputs",
 )
 _REQUIRED_EXAMPLES: dict[str, str] = {
     "name": "name: softmax",
@@ -223,6 +228,11 @@ def check_function_name(key: str, value: object, out: Problems) -> str | None:
     return value
 
 
+#: Bounds of a shape's sizes: far beyond any GPU's memory, even for a matmul's M x N x K.
+MAX_DIM = 1 << 40
+MAX_SHAPE_PRODUCT = 1 << 50
+
+
 def check_shapes(value: object, out: Problems) -> tuple[tuple[Shape, ...], frozenset[str] | None]:
     """The shapes, and the dimension names of the first shape (None when there is none)."""
     if value is None:
@@ -267,10 +277,24 @@ def check_shapes(value: object, out: Problems) -> tuple[tuple[Shape, ...], froze
                 )
             else:
                 names.add(key)
-                if is_int(size) and size > 0:
+                if is_int(size) and 0 < size <= MAX_DIM:
                     dims[key] = size
+                elif is_int(size) and size > 0:
+                    out.add(
+                        f"{where}.{key}",
+                        f"{size:.3g} is larger than any GPU holds (at "
+                        f"most 2**{MAX_DIM.bit_length() - 1}); is the size mistyped?",
+                    )
                 else:
                     out.add(f"{where}.{key}", f"must be a positive integer, got {show(size)}")
+        if len(dims) == len(names) and math.prod(dims.values()) > MAX_SHAPE_PRODUCT:
+            out.add(
+                where,
+                f"its sizes multiply to {math.prod(dims.values()):.3g} (more than "
+                f"2**{MAX_SHAPE_PRODUCT.bit_length() - 1}); no GPU holds inputs this large, "
+                "is a size mistyped?",
+            )
+            continue
         if not names:
             out.add(where, "names no dimension; give at least one, e.g. {N: 4096}")
             continue

@@ -10,8 +10,9 @@ from pathlib import Path
 from tuned import __version__
 from tuned.errors import BadInputError
 from tuned.report import format_seconds
-from tuned.reporting.plots import plot_outcomes, plot_speedups, plot_strategies
+from tuned.reporting.plots import plot_history, plot_outcomes, plot_speedups, plot_strategies
 from tuned.store.api import Store
+from tuned.store.overview import kernel_overview
 
 __all__ = ["write_report"]
 
@@ -26,7 +27,8 @@ pre { background: #f6f6f6; padding: 0.5em; white-space: pre-wrap; }
 
 
 def write_report(store: Store, out: Path) -> Path:
-    """Write ``out/index.html`` with ``speedup.png``, ``outcomes.png``, ``strategies.png``."""
+    """Write ``out/index.html`` with ``speedup.png``, ``history.png``, ``outcomes.png`` and
+    ``strategies.png``."""
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -34,7 +36,8 @@ def write_report(store: Store, out: Path) -> Path:
     current = store.timeline(current_only=True)
     every = store.timeline(current_only=False)
     arms = store.evaluation_totals(0).arms
-    progress = store.kernel_progress()
+    overview = kernel_overview(store)  # the states and counts of `status` and /metrics
+    progress = [o.progress for o in overview]
     accepted = {
         k.name: [
             (float(a["decided_at"]), str(a["candidate_id"]))
@@ -45,14 +48,33 @@ def write_report(store: Store, out: Path) -> Path:
         ]
         for k in progress
     }
-    plot_speedups(current, accepted, out / "speedup.png")
+    measured = {  # each acceptance's side-by-side speedup (tuned.store.speedups)
+        (k.name, cid): m.speedup
+        for k in progress
+        if k.fingerprint is not None
+        for _, cid in accepted[k.name]
+        if (m := store.measured_speedup(k.name, k.generation, k.fingerprint, cid)) is not None
+    }
+    intervals = {
+        k.name: {
+            str(a["candidate_id"]): (float(i["low"]), float(i["high"]))
+            for a in store.acceptances(k.name)
+            if a["status"] == "accepted"
+            for i in [a.get("second") or a.get("first") or {}]
+            if "low" in i and "high" in i
+        }
+        for k in progress
+    }
+    plot_speedups(current, accepted, out / "speedup.png", intervals, measured)
+    plot_history(current, out / "history.png")
     plot_outcomes(every, out / "outcomes.png")
     plot_strategies(arms, out / "strategies.png")
-    speedups = [k.speedup for k in progress if k.speedup and k.state == "active"]
+    speedups = [o.speedup for o in overview if o.speedup and o.state != "retired"]
     geomean = math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups else None
     kinds = {k.timing_kind for k in progress if k.timing_kind}
     rows = []
-    for k in progress:
+    for o in overview:
+        k = o.progress
         when = (
             datetime.datetime.fromtimestamp(k.best_at).strftime("%Y-%m-%d %H:%M")
             if k.best_at
@@ -60,12 +82,12 @@ def write_report(store: Store, out: Path) -> Path:
         )
         cells = [
             k.name,
-            k.state,
+            o.state,
             k.generation[:12],
             format_seconds(k.baseline_s),
             format_seconds(k.best_s),
             f"{k.speedup:.2f}x" if k.speedup else "-",
-            str(k.evaluations),
+            str(o.evaluations),
             when,
         ]
         rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
@@ -86,13 +108,15 @@ def write_report(store: Store, out: Path) -> Path:
 <style>{_STYLE}</style></head><body>
 <h1>ktuned report</h1>
 <p class="note">Store {html.escape(store.location)}; written {now} by ktuned {__version__}.</p>
-<p><b>Geometric-mean speedup</b> over {len(speedups)} active kernels with a result:
-<b>{f"{geomean:.3f}x" if geomean else "-"}</b>; {sum(k.evaluations for k in progress)}
-evaluations of current generations.</p>
+<p><b>Geometric-mean speedup</b> over {len(speedups)}
+kernels with a result (retired ones aside, as on the dashboard):
+<b>{f"{geomean:.3f}x" if geomean else "-"}</b>; {sum(o.evaluations for o in overview)}
+evaluations in all (every generation and fingerprint, as `ktuned status` and /metrics count).</p>
 {note}
 <table><tr>{"".join(f"<th>{h}</th>" for h in headers.split())}</tr>
 {"".join(rows)}</table>
 <h2>Speedup over time</h2><img src="speedup.png" alt="best speedup per kernel over time">
+<h2>Optimization history</h2><img src="history.png" alt="every trial's speedup and the best so far">
 <h2>Evaluations by outcome</h2><img src="outcomes.png" alt="evaluations by outcome">
 <h2>Strategies</h2><img src="strategies.png" alt="strategy pulls and mean reward">
 {"<h2>Invalid registry entries</h2>" + invalid if invalid else ""}

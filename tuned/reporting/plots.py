@@ -11,7 +11,13 @@ from typing import Any
 from tuned.outcomes import Outcome, Provenance
 from tuned.store.base import TimelineRow
 
-__all__ = ["plot_outcomes", "plot_speedups", "plot_strategies", "speedup_series"]
+__all__ = [
+    "plot_history",
+    "plot_outcomes",
+    "plot_speedups",
+    "plot_strategies",
+    "speedup_series",
+]
 
 _OUTCOME_COLORS = {
     "ok": "#2ca02c",
@@ -37,13 +43,16 @@ def _pyplot() -> Any:
 
 
 def speedup_series(
-    rows: Sequence[TimelineRow], accepted: Mapping[str, Sequence[tuple[float, str]]]
+    rows: Sequence[TimelineRow],
+    accepted: Mapping[str, Sequence[tuple[float, str]]],
+    measured: Mapping[tuple[str, str], float] | None = None,
 ) -> dict[str, list[tuple[datetime.datetime, float]]]:
     """Speedup of the incumbent over time per kernel (current generation, latest fingerprint).
 
     It starts at 1 when the baseline is measured and steps at each acceptance
-    (``accepted[kernel]``: (decided_at, candidate id), oldest first) to baseline / the
-    accepted candidate's first measured time.
+    (``accepted[kernel]``: (decided_at, candidate id), oldest first) to the accepted
+    candidate's speedup as measured side by side (``measured[(kernel, candidate id)]``,
+    :mod:`tuned.store.speedups`), else baseline / its first measured time.
     """
     latest_fp = {r.kernel: r.fingerprint for r in rows}
     first_time: dict[tuple[str, str], float] = {}
@@ -61,36 +70,125 @@ def speedup_series(
         points = [(datetime.datetime.fromtimestamp(at), 1.0)]
         for decided_at, cid in accepted.get(kernel, ()):
             t = first_time.get((kernel, cid))
-            if t is not None:
-                points.append((datetime.datetime.fromtimestamp(decided_at), base / t))
+            value = (measured or {}).get((kernel, cid)) or (base / t if t else None)
+            if value is not None:
+                points.append((datetime.datetime.fromtimestamp(decided_at), value))
         last = rows[-1].finished_at if rows else at
         points.append((datetime.datetime.fromtimestamp(max(last, at)), points[-1][1]))
         series[kernel] = points
     return series
 
 
+def _dates(ax: Any) -> None:
+    """Readable dates on the x axis."""
+    import importlib
+
+    mdates: Any = importlib.import_module("matplotlib.dates")  # untyped
+    locator = mdates.AutoDateLocator()
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
+
+
+def _legend_outside(ax: Any) -> None:
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+
+
 def plot_speedups(
     rows: Sequence[TimelineRow],
     accepted: Mapping[str, Sequence[tuple[float, str]]],
     path: Path,
+    intervals: Mapping[str, Mapping[str, tuple[float, float]]] | None = None,
+    measured: Mapping[tuple[str, str], float] | None = None,
 ) -> None:
+    """Each kernel's best speedup over time, with dates; at each acceptance a bar shows the
+    acceptance rule's interval (``intervals[kernel][candidate id]``: the bootstrap interval
+    of the gain over the previous best, scaled by the previous best's speedup)."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    series = speedup_series(rows, accepted)
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    series = speedup_series(rows, accepted, measured)
     for kernel, points in sorted(series.items()):
         xs, ys = zip(*points)
-        ax.step(xs, ys, where="post", label=kernel)
+        (line,) = ax.step(xs, ys, where="post", label=kernel)
+        known = (intervals or {}).get(kernel, {})
+        ids = [cid for at, cid in accepted.get(kernel, ())]
+        # points: baseline, one per acceptance found, the end; acceptances in order.
+        for i, (when, value) in enumerate(points[1:-1], start=1):
+            cid = ids[i - 1] if i - 1 < len(ids) else None
+            if cid is None or cid not in known:
+                continue
+            previous = points[i - 1][1]
+            low, high = known[cid][0] * previous, known[cid][1] * previous
+            ax.errorbar(
+                [when],
+                [value],
+                yerr=[[max(value - low, 0.0)], [max(high - value, 0.0)]],
+                fmt="o",
+                color=line.get_color(),
+                markersize=3,
+                capsize=3,
+            )
     ax.axhline(1.0, color="#999999", linewidth=0.8)
-    ax.set_title("Best speedup over the baseline, per kernel")
+    ax.set_title("Best speedup over the baseline, per kernel (bars: acceptance intervals)")
     ax.set_ylabel("speedup (x)")
-    ax.set_xlabel("time")
+    ax.set_xlabel("date")
+    _dates(ax)
     if series:
-        ax.legend(fontsize="small", ncol=2)
+        _legend_outside(ax)
     else:
         ax.text(0.5, 0.5, "no successful evaluation yet", ha="center", transform=ax.transAxes)
-    fig.autofmt_xdate()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
+def plot_history(rows: Sequence[TimelineRow], path: Path) -> None:
+    """Optuna-style optimization history: every trial of each kernel (current generation,
+    latest fingerprint) as its speedup over the baseline (baseline / its time) against the
+    trial's number, and the best measured so far as a line (a measurement, not the accepted
+    best: the acceptance rule may not have confirmed it). Failed trials are marked at the
+    bottom."""
+    plt = _pyplot()
+    latest_fp = {r.kernel: r.fingerprint for r in rows}
+    baseline: dict[str, float] = {}
+    for r in rows:
+        if (
+            r.provenance is Provenance.ORIGINAL
+            and r.fingerprint == latest_fp[r.kernel]
+            and r.outcome == Outcome.OK.value
+            and r.time_s
+        ):
+            baseline.setdefault(r.kernel, r.time_s)
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    trials = 0
+    for kernel in sorted(baseline):
+        mine = [r for r in rows if r.kernel == kernel and r.fingerprint == latest_fp[kernel]]
+        ok = [(i, baseline[kernel] / r.time_s) for i, r in enumerate(mine) if r.time_s]
+        failed = [i for i, r in enumerate(mine) if not r.time_s]
+        trials += len(mine)
+        if ok:
+            xs, ys = zip(*ok)
+            points = ax.scatter(xs, ys, s=10, alpha=0.6, label=f"{kernel} trials")
+            best, running = [], 0.0
+            for y in ys:
+                running = max(running, y)
+                best.append(running)
+            ax.step(
+                xs,
+                best,
+                where="post",
+                color=points.get_facecolor()[0],
+                label=f"{kernel} best measured",
+            )
+        if failed:
+            ax.scatter(failed, [0.0] * len(failed), marker="x", s=12, color="#999999")
+    ax.set_title(f"Optimization history: {trials} trials (x: failed)")
+    ax.set_xlabel("trial")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_ylabel("speedup over the baseline (x)")
+    if baseline:
+        _legend_outside(ax)
+    else:
+        ax.text(0.5, 0.5, "no baseline measured yet", ha="center", transform=ax.transAxes)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -110,9 +208,8 @@ def plot_outcomes(rows: Sequence[TimelineRow], path: Path) -> None:
     ax.set_title("Evaluations by outcome")
     ax.set_xlabel("evaluations")
     if outcomes:
-        ax.legend(fontsize="small", loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+        _legend_outside(ax)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
 

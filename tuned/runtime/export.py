@@ -27,6 +27,7 @@ from typing import Any
 
 from tuned import __version__
 from tuned.errors import BadInputError, StoreError
+from tuned.registry.injection import materialize, variant_diff
 from tuned.runtime import standalone
 from tuned.runtime.plan import Plan, describe_device, plan_on
 from tuned.runtime.shapes import ShapeBest
@@ -113,19 +114,24 @@ def export_kernel(
     for rel, text in (extra_files or {}).items():
         files[f"modules/{rel}"] = text
     variants = []
+    _, base_knobs = materialize(original, plan.launcher, plan.baseline_knobs, sources=extra_files)
     for ref in plan.variants:
-        if ref.source_hash == plan.original_hash:
+        # Knobs discovered in the code are written into a generated copy (issue 19).
+        stored = _checked_source(store, ref.source_hash, f"candidate {ref.candidate_id}")
+        text, knobs = materialize(stored, plan.launcher, ref.knobs, sources=extra_files)
+        if text == original:
             file = ORIGINAL_FILE
         else:
-            file = f"modules/ktuned_variant_{ref.source_hash[:16]}.py"
-            files[file] = _checked_source(store, ref.source_hash, f"candidate {ref.candidate_id}")
+            file = f"modules/ktuned_variant_{standalone.sha256_text(text)[:16]}.py"
+            files[file] = text
         variants.append(
             {
                 "candidate": ref.candidate_id,
                 "provenance": ref.provenance,
                 "file": file,
                 "sha256": standalone.sha256_text(files[file]),
-                "knobs": dict(ref.knobs),
+                "knobs": knobs,
+                "diff": variant_diff(original, text, ORIGINAL_FILE),
             }
         )
     best = plan.best
@@ -145,7 +151,7 @@ def export_kernel(
         "original": {
             "file": ORIGINAL_FILE,
             "sha256": standalone.sha256_text(original),
-            "knobs": dict(plan.baseline_knobs),
+            "knobs": base_knobs,
         },
         "variants": variants,
         "default": plan.default,
@@ -157,7 +163,11 @@ def export_kernel(
             "baseline_time_s": best.baseline_time_s,
             "speedup": best.speedup,
             "acceptance": [
-                {k: a[k] for k in ("status", "first", "second", "decided_at")}
+                {
+                    **{k: a[k] for k in ("status", "second", "decided_at")},
+                    # a referee's record holds every sample per case: not for the manifest
+                    "first": {k: v for k, v in a["first"].items() if k != "cases"},
+                }
                 for a in plan.acceptances
             ],
         },

@@ -32,6 +32,7 @@ from typing import Any
 
 from tuned.errors import StoreError, TunedError
 from tuned.paths import resolve_store_path
+from tuned.registry.injection import materialize
 from tuned.runtime.plan import Plan, plan_for
 from tuned.runtime.shapes import DEFAULT_SHAPE_SETTINGS, ShapeSettings
 from tuned.runtime.standalone import (
@@ -159,15 +160,15 @@ def _load(
         raise RuntimeLoadError(str(exc)) from exc
     extra = _extra_files(store, plan)
     try:
-        original_module = _import_stored(store, plan, plan.original_hash, extra)
+        original_module, base_knobs = _import_stored(
+            store, plan, plan.original_hash, extra, plan.baseline_knobs
+        )
     except TamperedSourceError as exc:
         raise RuntimeLoadError(
             f"{name}: the stored original does not match its hash ({exc}); the store at "
             f"{store.location} was modified: sync the entry again (ktuned tune) before loading"
         ) from exc
-    original = Variant(
-        getattr(original_module, plan.launcher), dict(plan.baseline_knobs), "original", "original"
-    )
+    original = Variant(getattr(original_module, plan.launcher), base_knobs, "original", "original")
 
     def fall_back(status: str, reason: str, level: int) -> TunedKernel:
         if fallback == "error":
@@ -182,11 +183,13 @@ def _load(
         return fall_back(plan.status, plan.reason, logging.WARNING)
     variants = []
     for ref in plan.variants:
-        if ref.source_hash == plan.original_hash:
+        knobs = dict(ref.knobs)
+        if ref.source_hash == plan.original_hash and knobs.keys() <= base_knobs.keys():
             fn = original.launcher
         else:
             try:
-                fn = getattr(_import_stored(store, plan, ref.source_hash, extra), plan.launcher)
+                module, knobs = _import_stored(store, plan, ref.source_hash, extra, knobs)
+                fn = getattr(module, plan.launcher)
             except TamperedSourceError as exc:
                 return fall_back(
                     "refused", f"candidate {ref.candidate_id} refused: {exc}", logging.ERROR
@@ -198,7 +201,7 @@ def _load(
                     f"{type(exc).__name__}: {exc}",
                     logging.ERROR,
                 )
-        variants.append(Variant(fn, dict(ref.knobs), ref.candidate_id, ref.provenance))
+        variants.append(Variant(fn, knobs, ref.candidate_id, ref.provenance))
     buckets = []
     for shape, index in zip(plan.shapes, plan.shape_variant):
         dims, dtype = parse_label(shape.label)
@@ -248,13 +251,21 @@ def _root() -> Path:
 
 
 def _import_stored(
-    store: Store, plan: Plan, source_hash: str, extra: Mapping[str, str]
-) -> ModuleType:
-    """Import the stored source ``source_hash`` after checking the text against the hash."""
+    store: Store,
+    plan: Plan,
+    source_hash: str,
+    extra: Mapping[str, str],
+    knobs: Mapping[str, Any],
+) -> tuple[ModuleType, dict[str, Any]]:
+    """Import the stored source ``source_hash`` after checking the text against the hash, as
+    the generated copy with ``knobs``' injected values written in (issue 19); returns it and
+    the knobs its launcher takes."""
     text = store.source(source_hash)
     if text is None or sha256_text(text) != source_hash:
         got = "missing" if text is None else f"SHA-256 {sha256_text(text)[:16]}..."
         raise TamperedSourceError(f"stored source {source_hash[:16]}... is {got}")
+    text, rest = materialize(text, plan.launcher, knobs, sources=extra)
+    source_hash = sha256_text(text)
     safe = re.sub(r"[^0-9a-zA-Z_]", "_", plan.kernel)
     module_name = f"ktuned_runtime_{safe}_{source_hash[:16]}"
     with _files_lock:
@@ -266,7 +277,7 @@ def _import_stored(
             target.write_text(content, encoding="utf-8")
         path = directory / f"{module_name}.py"
         path.write_text(text, encoding="utf-8")
-    return import_verified(path, source_hash, module_name)
+    return import_verified(path, source_hash, module_name), rest
 
 
 def _extra_files(store: Store, plan: Plan) -> dict[str, str]:

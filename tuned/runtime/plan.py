@@ -123,7 +123,8 @@ def plan_on(
             fingerprint=fp,
         )
     rows = store.case_timings(name, generation, fingerprint_id)
-    shapes = shape_bests(rows, best.candidate_id, settings)
+    comparisons = store.comparisons(name, generation, fingerprint_id)
+    shapes = shape_bests(rows, best.candidate_id, settings, comparisons=comparisons)
     by_id = {r.candidate_id: r for r in rows}
     order = [best.candidate_id] + [
         s.candidate_id for s in shapes if s.candidate_id != best.candidate_id

@@ -1,21 +1,25 @@
-"""Bests per timed shape, derived from the per-case timings the store already holds.
+"""Bests per timed shape: the variant each timed case runs, confirmed side by side.
 
 Every successful evaluation records, per timed case (shape x dtype, e.g.
-``M=4096xN=4096/float16``), the median time and the samples behind it. The kernel's best (the
-*incumbent*: the latest accepted candidate, else the baseline) wins on the objective, the
-geometric mean over the cases; on one case another validated candidate may be faster. The
-rule for case ``c``:
+``M=4096xN=4096/float16``), the median time and the samples behind it; evaluations timed
+against the original also record the original's samples, interleaved
+(:meth:`tuned.store.Store.comparisons`, with ``ktuned referee``'s re-measurements). The kernel's
+best (the *incumbent*: the latest accepted candidate, else the baseline) wins on the objective,
+the geometric mean over the cases; on one case it may not beat the original, and another
+candidate may beat both. The rule for case ``c`` (:mod:`tuned.runtime.confirmed`):
 
-1. The challenger is the validated candidate with the lowest median on ``c``: outcome ``ok``
-   (correct on every shape, dtype and seed) and never ``held`` or ``not_confirmed`` by the
-   acceptance rule.
-2. It replaces the incumbent on ``c`` only if the percentile-bootstrap interval of
-   ``median(incumbent_c) / median(challenger_c)`` (:func:`tuned.acceptance.speedup_interval`
-   on that one case) has its lower bound at or above ``1 + min_gain`` and its point estimate
-   at most ``suspicious_speedup``. The two were measured in different evaluations (not
-   interleaved), so ``min_gain`` defaults to 5 %, above the acceptance rule's 1 %.
+1. A candidate may run on ``c`` only if its last two side-by-side measurements against the
+   original on ``c`` pass the acceptance rule (:func:`tuned.acceptance.decide`, ``min_gain``
+   1 %, at most ``suspicious_speedup``): it is *confirmed* there. Candidates ``held`` or
+   ``not_confirmed`` by the acceptance rule never run.
+2. The incumbent runs on ``c`` if confirmed there, unless another confirmed candidate's
+   conservative speedup (the lower of its two point estimates) is above the incumbent's by
+   more than ``switch_gain`` (5 %); else the confirmed candidate with the highest; else the
+   original.
 
-Speedups against the baseline, with an interval computed the same way, are reported per case.
+Times measured in different evaluations are never compared (before, 3 of 14 per-shape bests
+dispatched on a corpus run were slower than the original when re-measured side by side).
+The speedup reported per case is the confirming side-by-side interval against the original.
 """
 
 from __future__ import annotations
@@ -23,10 +27,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
-from tuned.acceptance import AcceptanceSettings, Interval, speedup_interval
-from tuned.store.sqlite import CaseTimingRow
+from tuned.acceptance import AcceptanceSettings, Interval
+from tuned.runtime.confirmed import pick_variants, shape_claims
+from tuned.store.base import CaseTimingRow, ComparisonRow
 
 __all__ = ["DEFAULT_SHAPE_SETTINGS", "ShapeBest", "ShapeSettings", "shape_bests"]
 
@@ -37,10 +40,11 @@ _UNTRUSTED = frozenset({"held", "not_confirmed"})
 class ShapeSettings:
     """How a per-shape best is chosen (see the module docstring)."""
 
-    min_gain: float = 0.05
+    min_gain: float = 0.01
     confidence: float = 0.95
     resamples: int = 1000
     suspicious_speedup: float = 10.0
+    switch_gain: float = 0.05
     seed: int = 0
 
 
@@ -49,11 +53,12 @@ DEFAULT_SHAPE_SETTINGS = ShapeSettings()
 
 @dataclass(frozen=True)
 class ShapeBest:
-    """The best validated candidate on one timed case.
+    """The variant one timed case runs.
 
-    ``vs_incumbent``: the interval that made it replace the incumbent here (``None`` when the
-    incumbent itself is best). ``vs_baseline``: its speedup over the original on this case
-    (``None`` when the samples are missing).
+    ``vs_baseline``: the side-by-side interval against the original that confirms it there
+    (``1.0`` exactly for the original itself); ``vs_incumbent``: kept for the manifest's
+    format, always ``None`` (two candidates are never compared across evaluations).
+    ``time_s``/``baseline_s``: their first measured medians, for information only.
     """
 
     label: str
@@ -65,69 +70,52 @@ class ShapeBest:
 
     @property
     def speedup(self) -> float | None:
-        if self.baseline_s is None or self.time_s <= 0:
-            return None
-        return self.baseline_s / self.time_s
-
-
-def _interval(
-    label: str,
-    mine: CaseTimingRow,
-    theirs: CaseTimingRow,
-    settings: ShapeSettings,
-    rng: np.random.Generator,
-) -> Interval | None:
-    a, b = mine.samples.get(label), theirs.samples.get(label)
-    if not a or not b:
-        return None
-    stats = AcceptanceSettings(confidence=settings.confidence, resamples=settings.resamples)
-    return speedup_interval({label: a}, {label: b}, rng, stats)
+        """The confirmed side-by-side speedup over the original on this case."""
+        return None if self.vs_baseline is None else self.vs_baseline.speedup
 
 
 def shape_bests(
     rows: Sequence[CaseTimingRow],
     incumbent_id: str,
     settings: ShapeSettings = ShapeSettings(),
+    *,
+    comparisons: Sequence[ComparisonRow] = (),
 ) -> list[ShapeBest]:
-    """The best per timed case of the incumbent, in label order (empty if the incumbent has
-    no timings)."""
+    """The variant per timed case of the incumbent, in label order (empty if the incumbent
+    or the original has no timings)."""
     by_id: Mapping[str, CaseTimingRow] = {r.candidate_id: r for r in rows}
     incumbent = by_id.get(incumbent_id)
-    if incumbent is None:
-        return []
     baseline = next((r for r in rows if r.provenance.value == "original"), None)
-    rng = np.random.default_rng(settings.seed)
-    bar = 1.0 + settings.min_gain
+    if incumbent is None or baseline is None:
+        return []
+    trusted = [
+        c
+        for c in comparisons
+        if c.candidate_id in by_id and not (by_id[c.candidate_id].statuses & _UNTRUSTED)
+    ]
+    rule = AcceptanceSettings(
+        min_gain=settings.min_gain,
+        confidence=settings.confidence,
+        resamples=settings.resamples,
+        suspicious_speedup=settings.suspicious_speedup,
+    )
+    claims = shape_claims(trusted, baseline.candidate_id, rule, settings.seed)
+    labels = sorted(incumbent.timings)
+    picks = pick_variants(labels, claims, incumbent_id, baseline.candidate_id, settings.switch_gain)
     out = []
-    for label in sorted(incumbent.timings):
-        pick, against = incumbent, None
-        trusted = [
-            r
-            for r in rows
-            if label in r.timings and r.timings[label] > 0 and not (r.statuses & _UNTRUSTED)
-        ]
-        challenger = min(trusted, key=lambda r: r.timings[label], default=None)
-        if challenger is not None and challenger.candidate_id != incumbent_id:
-            interval = _interval(label, challenger, incumbent, settings, rng)
-            if (
-                interval is not None
-                and interval.low >= bar
-                and interval.speedup <= settings.suspicious_speedup
-            ):
-                pick, against = challenger, interval
-        base_s = baseline.timings.get(label) if baseline is not None else None
+    for label in labels:
+        cid, claim = picks[label]
+        pick = by_id.get(cid, baseline)
+        if label not in pick.timings:
+            pick, claim = baseline, None
         out.append(
             ShapeBest(
                 label=label,
                 candidate_id=pick.candidate_id,
-                time_s=pick.timings[label],
-                baseline_s=base_s,
-                vs_incumbent=against,
-                vs_baseline=(
-                    None
-                    if baseline is None or pick is baseline
-                    else _interval(label, pick, baseline, settings, rng)
-                ),
+                time_s=pick.timings.get(label, 0.0),
+                baseline_s=baseline.timings.get(label),
+                vs_incumbent=None,
+                vs_baseline=Interval(1.0, 1.0, 1.0) if claim is None else claim.interval,
             )
         )
     return out

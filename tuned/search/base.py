@@ -63,12 +63,13 @@ class CampaignSummary:
     worker_seconds: float = 0.0
     timing_kind: str = ""
     note: str = ""
+    #: The best's speedup over the original as measured side by side (BestRow.speedup,
+    #: :mod:`tuned.store.speedups`), never ``baseline_s / best_s`` (two moments).
+    measured_speedup: float | None = None
 
     @property
     def speedup(self) -> float | None:
-        if self.baseline_s is None or self.best_s is None:
-            return None
-        return self.baseline_s / self.best_s
+        return self.measured_speedup
 
     @property
     def failures(self) -> dict[str, int]:
@@ -289,6 +290,7 @@ class CampaignBase:
         best = self.store.best(self.spec.name, self.fingerprint)
         if best is not None:
             summary.baseline_s, summary.best_s = best.baseline_time_s, best.time_s
+            summary.measured_speedup = best.speedup
             summary.best_knobs = dict(best.knobs)
             summary.timing_kind = best.timing_kind
         return summary

@@ -154,6 +154,10 @@ class JudgingCampaign(CampaignBase):
     def _record(self, prepared: Prepared, result: EvalResult) -> EvalResult:
         if prepared.remeasure:
             result = replace(result, metadata={**result.metadata, "remeasure": True})
+        if prepared.incumbent is not None and result.metadata.get("incumbent_samples"):
+            # What it was timed against: side-by-side claims per shape (tuned.runtime.confirmed)
+            meta = {**result.metadata, "incumbent_id": prepared.incumbent.id}
+            result = replace(result, metadata=meta)
         if prepared.phases:
             result = replace(result, phase_seconds={**prepared.phases, **result.phase_seconds})
         self.store.record_evaluation(
@@ -189,7 +193,8 @@ class JudgingCampaign(CampaignBase):
             client.fresh()  # the next evaluation runs in a fresh worker
             prepared = self._prepared(candidate, incumbent, remeasure=True)
             again = self._record(prepared, prepared.measure(client))
-            second = _interval(again, self.acceptance, self.settings.seed + 1)
+            # In full, even below the bar: a not_confirmed decision keeps both measurements.
+            second = _interval(again, self.acceptance, self.settings.seed + 1, full=True)
             status = "not_confirmed" if second is None else decide(first, self.acceptance, second)
         if status == "not_significant":
             return
@@ -200,6 +205,31 @@ class JudgingCampaign(CampaignBase):
             status=status,
             first=first_record,
             second=None if second is None else second.to_dict(),
+        )
+        if status == "accepted" and incumbent.provenance is not Provenance.ORIGINAL:
+            self._versus_original(candidate, client)
+
+    def _versus_original(self, candidate: Candidate, client: Evaluator) -> None:
+        """Time a best accepted against an earlier best against the original too, twice: the
+        speedup every display shows (:mod:`tuned.store.speedups`) and its per-shape claims
+        (:mod:`tuned.runtime.confirmed`) then rest on side-by-side measurements against the
+        original, not on a chain of acceptances."""
+        original = self._baseline_candidate()
+        intervals = []
+        for i in range(2):
+            prepared = self._prepared(candidate, original, remeasure=True)
+            again = self._record(prepared, prepared.measure(client))
+            interval = _interval(again, self.acceptance, self.settings.seed + 2 + i, full=True)
+            if interval is None:
+                return
+            intervals.append(interval)
+        self.store.record_acceptance(
+            candidate,
+            self.fingerprint,
+            incumbent_id=original.id,
+            status="vs_original",
+            first=intervals[0].to_dict(),
+            second=intervals[1].to_dict(),
         )
 
     def _below_roofline_floor(self, result: EvalResult) -> str | None:
@@ -238,15 +268,17 @@ class JudgingCampaign(CampaignBase):
         return None
 
 
-def _interval(result: EvalResult, settings: AcceptanceSettings, seed: int) -> Interval | None:
+def _interval(
+    result: EvalResult, settings: AcceptanceSettings, seed: int, *, full: bool = False
+) -> Interval | None:
     """The acceptance interval of ``result`` against the incumbent it was timed with;
-    ``None`` when it was not timed against one, or when its point estimate is below the bar
-    (not significant whatever its interval, :func:`~tuned.acceptance.decide`: the bootstrap
-    is skipped)."""
+    ``None`` when it was not timed against one, or (unless ``full``) when its point estimate
+    is below the bar (not significant whatever its interval,
+    :func:`~tuned.acceptance.decide`: the bootstrap is skipped)."""
     samples = result.metadata.get("samples") or {}
     incumbent = result.metadata.get("incumbent_samples") or {}
     if result.outcome is not Outcome.OK or not incumbent:
         return None
-    if speedup_point(samples, incumbent) < 1.0 + settings.min_gain:
+    if not full and speedup_point(samples, incumbent) < 1.0 + settings.min_gain:
         return None
     return speedup_interval(samples, incumbent, np.random.default_rng(seed), settings)

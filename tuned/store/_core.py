@@ -9,13 +9,18 @@ hooks below. Statements use ``?`` placeholders; the engine rewrites them
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import functools
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar, cast
 
+from tuned.errors import StoreError
 from tuned.store.dialect import Dialect
 
-__all__ = ["Row", "SqlCore", "Tx"]
+__all__ = ["Row", "SqlCore", "Tx", "damaged_store_error", "is_damage", "reads_stored"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 class Row(Protocol):
@@ -78,3 +83,46 @@ def chunks(values: Sequence[str], size: int = 400) -> Iterator[Sequence[str]]:
     """``values`` in slices short enough for SQLite's host-parameter limit."""
     for i in range(0, len(values), size):
         yield values[i : i + size]
+
+
+#: SQLite's words for a file whose bytes are not a sound database.
+_DAMAGE = ("malformed", "not a database", "could not decode", "disk image", "corrupt")
+
+
+def is_damage(exc: BaseException) -> bool:
+    """Whether ``exc`` says a SQLite file's bytes are damaged (not: locked, full, ...)."""
+    if isinstance(exc, UnicodeDecodeError):
+        return True  # text that is not UTF-8 where ktuned only writes UTF-8
+    return isinstance(exc, sqlite3.DatabaseError) and any(
+        word in str(exc).lower() for word in _DAMAGE
+    )
+
+
+def damaged_store_error(location: str, exc: BaseException) -> StoreError:
+    """The error for a store whose stored bytes are damaged: what, where, and what to do.
+
+    Raised before anything is written: a damaged store is never written to by ktuned."""
+    detail = str(exc).encode("utf-8", "replace").decode("utf-8", "replace")
+    detail = detail if len(detail) <= 120 else detail[:117] + "..."
+    return StoreError(
+        f"the store {location} is damaged ({type(exc).__name__}: {detail}); ktuned wrote "
+        "nothing to it. Stop every ktuned using it and move it aside (SQLite: "
+        f"mv {location} {location}.damaged, with its -wal and -shm files), then restore it "
+        "from a backup or start afresh (a new store is created); `sqlite3 FILE .recover` "
+        "may salvage its rows"
+    )
+
+
+def reads_stored(method: _F) -> _F:
+    """Mark a read method that decodes stored rows (JSON, enums, columns by name): data
+    that does not decode (flipped bytes, a damaged schema) raises
+    :func:`damaged_store_error` instead of a ``ValueError``/``KeyError`` traceback."""
+
+    @functools.wraps(method)
+    def wrapper(self: SqlCore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except (ValueError, KeyError, IndexError, TypeError) as exc:  # JSON, enum, Row, shape
+            raise damaged_store_error(self.location, exc) from exc
+
+    return cast(_F, wrapper)

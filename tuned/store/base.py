@@ -17,10 +17,12 @@ from typing import Any
 
 from tuned.outcomes import EvalResult, Provenance
 from tuned.registry.spec import KnobValue
+from tuned.store.speedups import MeasuredSpeedup
 
 __all__ = [
     "BestRow",
     "CaseTimingRow",
+    "ComparisonRow",
     "EvaluationTotals",
     "KernelProgress",
     "KernelRow",
@@ -72,12 +74,13 @@ class BestRow:
     baseline_time_s: float | None
     fingerprint: str
     timing_kind: str
+    #: The speedup over the original as measured side by side (:mod:`tuned.store.speedups`).
+    measured: MeasuredSpeedup | None = None
 
     @property
     def speedup(self) -> float | None:
-        if self.baseline_time_s is None or self.time_s <= 0:
-            return None
-        return self.baseline_time_s / self.time_s
+        """The measured speedup (never ``baseline_time_s / time_s``: two moments)."""
+        return None if self.measured is None else self.measured.speedup
 
 
 # -- read models for the daemon, its metrics and `ktuned report` (issue 4)
@@ -102,12 +105,13 @@ class KernelProgress:
     best_s: float | None
     best_at: float | None
     timing_kind: str
+    #: The best's speedup over the original, measured side by side (:mod:`tuned.store.speedups`).
+    measured: MeasuredSpeedup | None = None
 
     @property
     def speedup(self) -> float | None:
-        if self.baseline_s is None or not self.best_s:
-            return None
-        return self.baseline_s / self.best_s
+        """The measured speedup (never ``baseline_s / best_s``: two moments)."""
+        return None if self.measured is None else self.measured.speedup
 
 
 @dataclass
@@ -159,3 +163,18 @@ class CaseTimingRow:
     samples: Mapping[str, list[float]]
     timing_kind: str
     statuses: frozenset[str]
+
+
+@dataclass(frozen=True)
+class ComparisonRow:
+    """One side-by-side measurement of a candidate against another (read model of the
+    runtime's per-shape confirmation, :mod:`tuned.runtime.confirmed`): per-case samples of
+    both, timed interleaved in one process. ``source``: ``evaluation`` (the campaign's, with
+    the incumbent it was timed against recorded) or ``referee`` (``ktuned referee``)."""
+
+    candidate_id: str
+    incumbent_id: str
+    samples: Mapping[str, list[float]]
+    incumbent_samples: Mapping[str, list[float]]
+    source: str
+    seq: int

@@ -8,6 +8,7 @@ import time
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from tuned.store._core import reads_stored
 from tuned.store.records import Records
 
 __all__ = ["Hardware"]
@@ -53,6 +54,7 @@ class Hardware(Records):
                     ),
                 )
 
+    @reads_stored
     def profiles(self, kernel: str, generation: str, gpu_model: str) -> dict[str, dict[str, Any]]:
         """Candidate id -> stored profile (``Profile.to_dict()``) of a generation on a model."""
         return {
@@ -64,6 +66,7 @@ class Hardware(Records):
             )
         }
 
+    @reads_stored
     def profiling_attempted(self, kernel: str, generation: str, gpu_model: str) -> set[str]:
         """Candidates with a finished profiling run (profiled, failed or timed out) on a model:
         not profiled again."""
@@ -76,6 +79,7 @@ class Hardware(Records):
             )
         }
 
+    @reads_stored
     def profiling_totals(
         self,
         after_seq: int = 0,
@@ -119,6 +123,7 @@ class Hardware(Records):
                 (gpu_model, json.dumps(dict(peaks), sort_keys=True), time.time()),
             )
 
+    @reads_stored
     def peaks(self, gpu_model: str) -> dict[str, Any] | None:
         rows = self._query("SELECT peaks_json FROM gpu_peaks WHERE gpu_model=?", (gpu_model,))
         return dict(json.loads(rows[0]["peaks_json"])) if rows else None
@@ -154,6 +159,7 @@ class Hardware(Records):
                 ),
             )
 
+    @reads_stored
     def rooflines(self, kernel: str, generation: str, fingerprint: str) -> dict[str, float]:
         """Candidate id -> roofline fraction of a generation on a fingerprint."""
         return {

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from tuned.errors import StoreError, TunedError
+from tuned.store._core import is_damage
 from tuned.store.connections import SharedDb, connect, connect_reader, is_postgres_url
 
 __all__ = [
@@ -541,7 +542,9 @@ def read_totals(db: LedgerDb, now: float | None = None) -> dict[str, Any]:
             "SELECT kernel, COALESCE(SUM(CASE WHEN state = 'open' THEN 0 ELSE charged END), 0)"
             " FROM llm_ledger GROUP BY kernel"
         ).fetchall()
-    except missing:
+    except missing as exc:
+        if is_damage(exc):
+            raise  # a damaged file, not a ledger never created
         row, kernels = (0, 0, 0, 0, 0.0, 0, 0, 0), []
     except failed as exc:
         assert isinstance(db, SharedDb)

@@ -9,7 +9,14 @@ from collections.abc import Collection
 from typing import Any
 
 from tuned.outcomes import Provenance
-from tuned.store.base import CaseTimingRow, EvaluationTotals, KernelProgress, TimelineRow
+from tuned.store._core import reads_stored
+from tuned.store.base import (
+    CaseTimingRow,
+    ComparisonRow,
+    EvaluationTotals,
+    KernelProgress,
+    TimelineRow,
+)
 from tuned.store.records import Records
 
 __all__ = ["Reads"]
@@ -18,6 +25,7 @@ __all__ = ["Reads"]
 class Reads(Records):
     """Aggregates over the records (part of :class:`tuned.store.Store`)."""
 
+    @reads_stored
     def changes_since(self, eval_seq: int, acceptance_seq: int) -> tuple[set[str], int, int]:
         """Kernels with evaluations or acceptances newer than the given sequence numbers, and
         the newest sequence numbers (pass them next time)."""
@@ -36,6 +44,7 @@ class Reads(Records):
             max([acceptance_seq, *(int(r["s"]) for r in accepted)]),
         )
 
+    @reads_stored
     def kernel_progress(self, names: Collection[str] | None = None) -> list[KernelProgress]:
         """Every kernel (or those in ``names``) with its current generation's figures on its
         latest fingerprint.
@@ -85,7 +94,8 @@ class Reads(Records):
                 FROM mine m JOIN firstseq f ON m.seq = f.seq
             ),
             base AS (
-                SELECT kernel, time_s AS baseline_s, at, timing_kind FROM firsts
+                SELECT kernel, candidate_id AS base_id, time_s AS baseline_s, at, timing_kind
+                FROM firsts
                 WHERE provenance = 'original'
             ),
             accseq AS (
@@ -99,7 +109,8 @@ class Reads(Records):
                 FROM acceptances a JOIN accseq s ON a.seq = s.seq
             ),
             best AS (
-                SELECT accepted.kernel, f.time_s AS best_s, accepted.decided_at AS best_at
+                SELECT accepted.kernel, f.time_s AS best_s, accepted.decided_at AS best_at,
+                    accepted.candidate_id AS best_id
                 FROM accepted JOIN firsts f
                     ON f.kernel = accepted.kernel AND f.candidate_id = accepted.candidate_id
             ),
@@ -110,7 +121,8 @@ class Reads(Records):
                     ELSE COALESCE(best.best_s, base.baseline_s) END AS best_s,
                 CASE WHEN base.baseline_s IS NULL THEN NULL
                     ELSE COALESCE(best.best_at, base.at) END AS best_at,
-                COALESCE(base.timing_kind, '') AS timing_kind
+                COALESCE(base.timing_kind, '') AS timing_kind,
+                COALESCE(best.best_id, base.base_id) AS best_id
             FROM kernels k
             LEFT JOIN latest l ON l.kernel = k.name
             LEFT JOIN best ON best.kernel = k.name
@@ -136,10 +148,18 @@ class Reads(Records):
                 best_s=r["best_s"],
                 best_at=r["best_at"],
                 timing_kind=r["timing_kind"],
+                measured=(
+                    None
+                    if r["baseline_s"] is None or r["best_id"] is None
+                    else self.measured_speedup(
+                        r["name"], r["generation"], r["fingerprint"], r["best_id"]
+                    )
+                ),
             )
             for r in rows
         ]
 
+    @reads_stored
     def evaluation_totals(
         self,
         after_seq: int = 0,
@@ -211,6 +231,7 @@ class Reads(Records):
             after_seq=after_seq, upto_seq=window[1], outcomes=outcomes, phases=phases, arms=arms
         )
 
+    @reads_stored
     def timeline(self, *, current_only: bool = True) -> list[TimelineRow]:
         """Every evaluation in order (of the kernels' current generations by default)."""
         current = (
@@ -240,6 +261,7 @@ class Reads(Records):
         ]
 
     # -- the runtime (issue 9): generations, fingerprints, per-case timings, stale bests
+    @reads_stored
     def generation_info(self, generation: str) -> tuple[str, dict[str, Any]] | None:
         """A generation's original module (its source hash) and its entry summary (launcher,
         inputs, dtypes, shapes, knobs, baseline knobs), as recorded when it was synced."""
@@ -250,6 +272,7 @@ class Reads(Records):
             return None
         return str(rows[0]["source_hash"]), dict(json.loads(rows[0]["spec_json"]))
 
+    @reads_stored
     def known_fingerprints(self) -> dict[str, dict[str, str]]:
         """Every fingerprint recorded, by id."""
         return {
@@ -257,6 +280,7 @@ class Reads(Records):
             for r in self._query("SELECT id, json FROM fingerprints ORDER BY first_seen")
         }
 
+    @reads_stored
     def evaluated_fingerprints(self, kernel: str, generation: str) -> list[tuple[str, float]]:
         """Fingerprints on which a generation has a successful evaluation, with when the
         latest one finished (Unix s), newest first."""
@@ -270,6 +294,7 @@ class Reads(Records):
             )
         ]
 
+    @reads_stored
     def case_timings(self, kernel: str, generation: str, fingerprint: str) -> list[CaseTimingRow]:
         """Every successfully evaluated candidate of a generation on a fingerprint, with the
         per-case medians and samples of its first successful measurement and the statuses of
@@ -307,6 +332,51 @@ class Reads(Records):
             )
         return list(out.values())
 
+    @reads_stored
+    def comparisons(self, kernel: str, generation: str, fingerprint: str) -> list[ComparisonRow]:
+        """Every side-by-side measurement of a generation's candidates on a fingerprint that
+        names what it was timed against: evaluations whose metadata records ``incumbent_id``
+        (with the incumbent's samples), and the referee's re-measurements (acceptance rows
+        ``refereed`` with per-case ``cases``); oldest first within each source."""
+        out: list[ComparisonRow] = []
+        for r in self._query(
+            "SELECT seq, candidate_id, result_json FROM evaluations WHERE kernel=? AND"
+            " generation=? AND fingerprint=? AND outcome='ok' ORDER BY seq",
+            (kernel, generation, fingerprint),
+        ):
+            meta = dict(json.loads(r["result_json"]).get("metadata") or {})
+            theirs = meta.get("incumbent_samples") or {}
+            if not meta.get("incumbent_id") or not theirs:
+                continue
+            out.append(
+                ComparisonRow(
+                    candidate_id=str(r["candidate_id"]),
+                    incumbent_id=str(meta["incumbent_id"]),
+                    samples=_floats(meta.get("samples") or {}),
+                    incumbent_samples=_floats(theirs),
+                    source="evaluation",
+                    seq=int(r["seq"]),
+                )
+            )
+        for r in self._query(
+            "SELECT seq, candidate_id, incumbent_id, first_json FROM acceptances WHERE kernel=?"
+            " AND generation=? AND fingerprint=? AND status='refereed' ORDER BY seq",
+            (kernel, generation, fingerprint),
+        ):
+            cases = dict(json.loads(r["first_json"]).get("cases") or {})
+            out.append(
+                ComparisonRow(
+                    candidate_id=str(r["candidate_id"]),
+                    incumbent_id=str(r["incumbent_id"]),
+                    samples=_floats({k: v["candidate"] for k, v in cases.items()}),
+                    incumbent_samples=_floats({k: v["incumbent"] for k, v in cases.items()}),
+                    source="referee",
+                    seq=int(r["seq"]),
+                )
+            )
+        return out
+
+    @reads_stored
     def stale_bests(
         self, fresh: Collection[str], same_device: Collection[str]
     ) -> dict[str, list[str]]:
@@ -352,3 +422,7 @@ class Reads(Records):
         for r in rows:
             out.setdefault(r["kernel"], []).append(r["candidate_id"])
         return out
+
+
+def _floats(samples: Any) -> dict[str, list[float]]:
+    return {str(k): [float(x) for x in v] for k, v in dict(samples).items()}

@@ -10,8 +10,9 @@ from typing import Any
 
 from tuned.outcomes import Candidate, EvalResult, Provenance, canonical_knobs, source_hash
 from tuned.registry.spec import KernelSpec
-from tuned.store._core import Row, SqlCore
+from tuned.store._core import Row, SqlCore, reads_stored
 from tuned.store.base import BestRow, KernelRow, TrialRow, fingerprint_id
+from tuned.store.speedups import MeasuredSpeedup, measured_speedup
 
 __all__ = ["Records"]
 
@@ -77,19 +78,23 @@ class Records(SqlCore):
                 (problems, now, directory),
             )
 
+    @reads_stored
     def invalid_entries(self) -> dict[str, str]:
         return {
             r["directory"]: r["problems"]
             for r in self._query("SELECT * FROM invalid_entries ORDER BY directory")
         }
 
+    @reads_stored
     def kernels(self) -> list[KernelRow]:
         return [_kernel_row(r) for r in self._query("SELECT * FROM kernels ORDER BY name")]
 
+    @reads_stored
     def kernel(self, name: str) -> KernelRow | None:
         rows = self._query("SELECT * FROM kernels WHERE name=?", (name,))
         return _kernel_row(rows[0]) if rows else None
 
+    @reads_stored
     def source(self, hash_: str) -> str | None:
         rows = self._query("SELECT text FROM sources WHERE hash=?", (hash_,))
         return str(rows[0]["text"]) if rows else None
@@ -104,6 +109,7 @@ class Records(SqlCore):
             )
         return fid
 
+    @reads_stored
     def fingerprint(self, fid: str) -> dict[str, str]:
         rows = self._query("SELECT json FROM fingerprints WHERE id=?", (fid,))
         return dict(json.loads(rows[0]["json"])) if rows else {}
@@ -168,6 +174,7 @@ class Records(SqlCore):
                 (candidate.kernel, candidate.generation, fingerprint, candidate.id),
             )
 
+    @reads_stored
     def trials(self, kernel: str, generation: str, fingerprint: str) -> list[TrialRow]:
         """Every evaluated candidate of a generation on a fingerprint (first result each)."""
         rows = self._query(
@@ -196,6 +203,7 @@ class Records(SqlCore):
             )
         return out
 
+    @reads_stored
     def best(self, kernel: str, fingerprint: str | None = None) -> BestRow | None:
         """The incumbent of the kernel's current generation: the latest *accepted* candidate
         (see :mod:`tuned.acceptance`), else the baseline; on ``fingerprint``, else on the
@@ -239,7 +247,26 @@ class Records(SqlCore):
             baseline_time_s=float(baseline["time_s"]),
             fingerprint=fingerprint,
             timing_kind=top["timing_kind"],
+            measured=self.measured_speedup(kernel, k.generation, fingerprint, top["id"]),
         )
+
+    def measured_speedup(
+        self, kernel: str, generation: str, fingerprint: str, candidate_id: str
+    ) -> MeasuredSpeedup | None:
+        """A candidate's speedup over the original as measured side by side: the referee's,
+        else its acceptance's (:mod:`tuned.store.speedups`); what every display shows."""
+        base = self._query(
+            "SELECT id FROM candidates WHERE generation=? AND provenance=? ORDER BY created_at",
+            (generation, Provenance.ORIGINAL.value),
+        )
+        if not base:
+            return None
+        rows = [
+            a
+            for a in self.acceptances(kernel)
+            if a["generation"] == generation and a["fingerprint"] == fingerprint
+        ]
+        return measured_speedup(rows, str(base[0]["id"]), candidate_id)
 
     # -- acceptance of new bests
     def record_acceptance(
@@ -271,6 +298,7 @@ class Records(SqlCore):
                 ),
             )
 
+    @reads_stored
     def incumbent(self, kernel: str, generation: str, fingerprint: str) -> str | None:
         """Id of the latest accepted candidate of a generation on a fingerprint."""
         rows = self._query(
@@ -280,6 +308,7 @@ class Records(SqlCore):
         )
         return str(rows[0]["candidate_id"]) if rows else None
 
+    @reads_stored
     def held_counts(self) -> dict[str, int]:
         """Candidates held for re-verification (``held``: a suspicious speedup or a time
         below the roofline floor), per kernel, in each kernel's current generation."""
@@ -290,6 +319,7 @@ class Records(SqlCore):
         )
         return {str(r["kernel"]): int(r["n"]) for r in rows}
 
+    @reads_stored
     def acceptances(self, kernel: str) -> list[dict[str, Any]]:
         """Every acceptance decision of a kernel, oldest first (``held`` ones are flagged)."""
         rows = self._query("SELECT * FROM acceptances WHERE kernel=? ORDER BY seq", (kernel,))
@@ -307,6 +337,7 @@ class Records(SqlCore):
             for r in rows
         ]
 
+    @reads_stored
     def candidate(self, candidate_id: str, generation: str) -> Candidate | None:
         rows = self._query(
             "SELECT * FROM candidates WHERE id=? AND generation=?", (candidate_id, generation)
@@ -346,6 +377,7 @@ class Records(SqlCore):
                 ),
             )
 
+    @reads_stored
     def policy_state(
         self, kernel: str, generation: str, fingerprint: str, policy: str
     ) -> dict[str, Any] | None:
@@ -370,6 +402,7 @@ class Records(SqlCore):
         with self._transaction() as db:
             db.execute("DELETE FROM invalid_entries WHERE directory=?", (directory,))
 
+    @reads_stored
     def last_evaluated_at(self, kernel: str, generation: str, fingerprint: str) -> float | None:
         """When the latest evaluation of a generation on a fingerprint finished (Unix s)."""
         rows = self._query(

@@ -15,8 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
-from tuned.errors import StoreError
-from tuned.store._core import Row
+from tuned.errors import BadInputError, StoreError
+from tuned.store._core import Row, damaged_store_error, is_damage
 from tuned.store.api import Store
 from tuned.store.base import CaseTimingRow
 from tuned.store.dialect import SQLITE, Dialect
@@ -47,6 +47,11 @@ class SqliteStore(Store):
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        if path.parent.exists() and not path.parent.is_dir():
+            raise BadInputError(
+                f"the state directory {path.parent} is not a directory (it holds the store "
+                f"{path.name}); point --state-dir or state_dir to a directory"
+            )
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(str(path), timeout=30.0, isolation_level=None)
@@ -54,14 +59,26 @@ class SqliteStore(Store):
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.execute("PRAGMA foreign_keys=ON")
             self._migrate()
-        except (sqlite3.Error, OSError) as exc:
+        except (sqlite3.Error, UnicodeDecodeError) as exc:
+            if hasattr(self, "_db"):
+                self._db.close()
+            if is_damage(exc):
+                raise damaged_store_error(str(path), exc) from None
+            raise StoreError(
+                f"cannot open the store {path}: {exc}; check the path, its "
+                "permissions and free disk space, or choose --state-dir"
+            ) from exc
+        except OSError as exc:
             raise StoreError(
                 f"cannot open the store {path}: {exc}; check the path, its "
                 "permissions and free disk space, or choose --state-dir"
             ) from exc
 
     def _migrate(self) -> None:
-        """Apply the migrations this database lacks, in one transaction."""
+        """Apply the migrations this database lacks, in one transaction (none, and no write,
+        when it is current: a damaged file is never written to by opening it)."""
+        if int(self._db.execute("PRAGMA user_version").fetchone()[0]) == SCHEMA_VERSION:
+            return
         self._db.execute("BEGIN IMMEDIATE")
         try:
             version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
@@ -95,7 +112,9 @@ class SqliteStore(Store):
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, UnicodeDecodeError) as exc:
+            if is_damage(exc):
+                raise damaged_store_error(str(self.path), exc) from None
             raise StoreError(
                 f"writing the store {self.path} failed: {exc}; nothing of this "
                 "write was saved (check free disk space and permissions)"
@@ -106,7 +125,9 @@ class SqliteStore(Store):
             cur = self._db.execute(sql, tuple(args))
             cur.row_factory = sqlite3.Row
             return list(cur.fetchall())
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, UnicodeDecodeError) as exc:
+            if is_damage(exc):
+                raise damaged_store_error(str(self.path), exc) from None
             raise StoreError(f"reading the store {self.path} failed: {exc}") from exc
 
     @classmethod
@@ -127,7 +148,13 @@ class SqliteStore(Store):
                 check_same_thread=False,
             )
             store._db.execute("SELECT COUNT(*) FROM kernels").fetchall()
-        except (sqlite3.Error, OSError) as exc:
+        except (sqlite3.Error, UnicodeDecodeError) as exc:
+            if is_damage(exc):
+                raise damaged_store_error(str(path), exc) from None
+            raise StoreError(
+                f"cannot read the store {path}: {exc}; check that it exists and is readable"
+            ) from exc
+        except OSError as exc:
             raise StoreError(
                 f"cannot read the store {path}: {exc}; check that it exists and is readable"
             ) from exc

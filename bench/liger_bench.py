@@ -1,0 +1,335 @@
+"""Tune every Liger-Kernel entry of examples/liger and show what ktuned gets from code as shipped.
+
+    python bench/liger_bench.py [--budget 3] [--ops rms-norm,softmax] [--state-dir DIR]
+    python bench/liger_bench.py --smoke      # CPU: interpreter, tiny shapes, two ops (CI)
+
+1. Scans the registry: each entry is registered unchanged, or the reason it is not.
+2. Tunes the selected entries with exactly what ``ktuned tune`` runs (``--budget`` evaluated
+   candidates per entry besides the shipped baseline).
+3. In a fresh process (``--remeasure``, never the tuning workers), per entry and timed shape:
+   the shipped configuration and the best one found, timed interleaved (CUDA events, L2
+   flushed); PyTorch eager (the entry's ``eager``); the bytes the call must move (its tensor
+   inputs and outputs, gradients included, plus the incoming gradients for fwd+bwd entries)
+   over time, as a share of the device's copy bandwidth measured here (``dst.copy_(src)`` of
+   512 MiB: 2 x 512 MiB moved) — the copy ceiling. The fresh copies each call makes of the
+   arguments it writes and of the inputs it differentiates (read + write) count as moved.
+
+Prints one markdown row per entry and shape, then the totals: the share of entries
+registered unchanged, the share with a non-empty space, the geomean tuned speedup, the budget
+and the wall time used. ``--smoke`` runs all of it in Triton's interpreter on the entries'
+CPU-size shapes: its times are interpreter times, never GPU results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from profilers.timing import (  # noqa: E402
+    TimingSettings,
+    gpu_median_seconds,
+    interleaved_timing,
+    wall_median_seconds,
+)
+from tuned.evaluation.client import EvaluationSettings, kernel_payload  # noqa: E402
+from tuned.registry import scan_registry  # noqa: E402
+from tuned.search import TuneSettings  # noqa: E402
+from tuned.store.sqlite import SqliteStore  # noqa: E402
+from tuned.tuning import tune_registry  # noqa: E402
+
+REGISTRY = ROOT / "examples" / "liger"
+SMOKE_OPS = ("liger-softmax", "liger-rope-fwd-bwd")
+SMOKE_CAP = 1024  # elements: the entries' CPU-size shapes
+
+
+def _select(registry: Path, ops: str | None, smoke: bool) -> tuple[list[str], list[str], Path]:
+    """(registered rows, selected entry names, a registry of the selected entries)."""
+    scan = scan_registry(registry)
+    rows = [f"| {s.name} | yes | {s.space_size() if s.knobs else 0} |" for s in scan.entries]
+    for directory, problems in scan.invalid.items():
+        reason = str(problems[0]).replace("|", "/")[:160] if problems else "?"
+        rows.append(f"| {Path(directory).name} | no: {reason} | - |")
+    wanted = set(SMOKE_OPS) if smoke and not ops else None
+    if ops:
+        wanted = {o if o.startswith("liger-") else f"liger-{o}" for o in ops.split(",")}
+    chosen = [s for s in scan.entries if wanted is None or s.name in wanted]
+    subset = Path(tempfile.mkdtemp(prefix="liger-bench-"))
+    for spec in chosen:
+        shutil.copytree(spec.directory, subset / spec.directory.name)
+        if smoke:  # Triton's interpreter emulates bfloat16 with stray NaNs: float32 on the CPU
+            yaml = subset / spec.directory.name / "kernel.yaml"
+            yaml.write_text(yaml.read_text().replace("[bfloat16]", "[float32]"))
+    return rows, [s.name for s in chosen], subset
+
+
+def _bytes(values: Any) -> int:
+    import torch
+
+    items = values if isinstance(values, (list, tuple)) else (values,)
+    return sum(t.numel() * t.element_size() for t in items if isinstance(t, torch.Tensor))
+
+
+def _copy_bandwidth(gpu: bool) -> float:
+    """Bytes per second of a device copy (read + write), the ceiling of a memory-bound op."""
+    import torch
+
+    n = (512 << 20) if gpu else (16 << 20)
+    device = "cuda" if gpu else "cpu"
+    src = torch.ones(n // 4, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    fn = lambda: dst.copy_(src)
+    fn()
+    median, _ = gpu_median_seconds(fn) if gpu else wall_median_seconds(fn)
+    return 2 * n / median
+
+
+def _run(fn: Any, knobs: dict[str, Any], inputs: Any) -> Any:
+    return fn(*inputs, **knobs)
+
+
+def _copied_bytes(
+    outputs: tuple[int | str, ...], backward: tuple[int | str, ...], names: list[str], inputs: Any
+) -> int:
+    """Bytes of the inputs every call copies (written arguments, inputs whose gradients are
+    taken: tuned.evaluation.invoke makes them fresh for each call, inside the timed call)."""
+    import torch
+
+    if tuple(backward) == ("*",):
+        chosen = {
+            i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) and x.is_floating_point()
+        }
+    else:
+        chosen = {names.index(n) if isinstance(n, str) else n for n in backward}
+    chosen |= {names.index(n) if isinstance(n, str) else n for n in outputs}
+    return sum(_bytes(inputs[i]) for i in chosen if i < len(inputs))
+
+
+def _measure_case(
+    calls: dict[str, Any], inputs: Any, backward: bool, gpu: bool, settings: TimingSettings
+) -> dict[str, Any]:
+    """Shipped and tuned timed interleaved, eager alone, and the bytes one call moves."""
+    moved = _bytes(inputs) + _bytes(calls["shipped"](inputs))
+    if backward:  # the incoming gradient of each forward output: copied fresh, then read
+        moved += 3 * _bytes(calls["forward"](inputs))
+    calls["tuned"](inputs)
+    timed = interleaved_timing(
+        [lambda: calls["tuned"](inputs), lambda: calls["shipped"](inputs)],
+        gpu=gpu,
+        settings=settings,
+    )
+    tuned_s, shipped_s = (sorted(s)[len(s) // 2] for s in timed.samples)
+    calls["eager"](inputs)
+    median = gpu_median_seconds if gpu else wall_median_seconds
+    eager_s = median(lambda: calls["eager"](inputs), settings)[0]
+    return {"shipped_s": shipped_s, "tuned_s": tuned_s, "eager_s": eager_s, "bytes": moved}
+
+
+def _runnable(
+    payload: dict[str, Any], source: str, knobs: Any
+) -> tuple[dict[str, Any], str, dict[str, Any]]:
+    """The kernel payload, candidate source and knobs as the worker runs them: where knob
+    injection (issue 19 item 1) is present, injected knobs are written into the source the
+    way the worker does before it calls the launcher."""
+    request = {"kernel": payload, "candidate": {"source": source, "knobs": dict(knobs)}}
+    try:
+        from tuned.registry.injection import runnable_request  # type: ignore[import-not-found]
+    except ImportError:
+        return payload, source, dict(knobs)
+    done = runnable_request(request)
+    candidate = done["candidate"]
+    if candidate.get("injection_error"):
+        raise RuntimeError(f"{payload['name']}: {candidate['injection_error']}")
+    return dict(done["kernel"]), str(candidate["source"]), dict(candidate["knobs"])
+
+
+def remeasure(registry: Path, state: Path, smoke: bool) -> None:
+    """Interleaved re-measurement of shipped vs best, with eager and the copy ceiling (JSON
+    lines on stdout). Runs in its own process, after tuning."""
+    import torch
+
+    from tuned.evaluation.invoke import CallFields, EntryCall, entry_call, resolve
+    from tuned.evaluation.worker import ModuleLoader, entry_key
+
+    gpu = not smoke
+    device = "cuda" if gpu else "cpu"
+    settings = TimingSettings(interpreter_reps=3)
+    bandwidth = _copy_bandwidth(gpu)
+    print(json.dumps({"copy_bandwidth": bandwidth}), flush=True)
+    store = SqliteStore(state / "ktuned.sqlite")
+    loader = ModuleLoader(Path(tempfile.mkdtemp(prefix="liger-remeasure-")))
+    for spec in scan_registry(registry).entries:
+        best = store.best(spec.name)
+        if best is None:
+            print(json.dumps({"entry": spec.name, "error": "no successful evaluation"}))
+            continue
+        source = store.source(best.source_hash) or spec.module_source
+        payload, source, best_knobs = _runnable(kernel_payload(spec), source, best.knobs)
+        shown = dict(best.knobs)  # as the store records them
+        key, extra = entry_key(payload), payload["extra_files"]
+        original = loader.load(spec.module_source, directory_key=key, extra_files=extra)
+        tuned_module = loader.load(source, directory_key=key, extra_files=extra)
+        shipped = entry_call(original, payload, role="launcher")
+        tuned = entry_call(tuned_module, payload, role="launcher")
+        forward_only = CallFields(outputs=spec.outputs)
+        names = shipped.parameters()
+        eager = EntryCall(
+            target=resolve(original, "eager", "eager"),
+            fields=CallFields(backward=spec.backward),
+            role="reference",
+            names=names,
+        )
+        forward = EntryCall(target=shipped.target, fields=forward_only, role="launcher")
+        make_inputs = resolve(original, spec.inputs, "inputs")
+        shapes = spec.perf_shapes if gpu else (min(spec.shapes, key=lambda s: s.size()),)
+        base_knobs = dict(payload["baseline_knobs"])
+        for shape in shapes:
+            for dtype_name in spec.dtypes:
+                dims = dict(shape.dims)
+                inputs = make_inputs(dims, getattr(torch, dtype_name), device, 0)
+                calls = {
+                    "tuned": functools.partial(_run, tuned.at(dims), best_knobs),
+                    "shipped": functools.partial(_run, shipped.at(dims), base_knobs),
+                    "eager": functools.partial(_run, eager.at(dims), {}),
+                    "forward": functools.partial(_run, forward.at(dims), base_knobs),
+                }
+                found = _measure_case(calls, inputs, bool(spec.backward), gpu, settings)
+                found["bytes"] += 2 * _copied_bytes(spec.outputs, spec.backward, names, inputs)
+                found.update(
+                    entry=spec.name, shape=shape.label(), dtype=dtype_name, best_knobs=shown
+                )
+                print(json.dumps(found), flush=True)
+                del inputs
+                if gpu:
+                    torch.cuda.empty_cache()
+    store.close()
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f} ms" if seconds >= 1e-4 else f"{seconds * 1e6:.1f} us"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--registry", type=Path, default=REGISTRY)
+    parser.add_argument("--budget", type=int, default=3, help="candidates per entry")
+    parser.add_argument("--ops", default=None, help="comma-separated entry names (liger-...)")
+    parser.add_argument("--state-dir", type=Path, default=None)
+    parser.add_argument("--smoke", action="store_true", help="CPU interpreter, tiny shapes")
+    parser.add_argument(
+        "--wall-limit",
+        type=float,
+        default=420.0,
+        help="seconds of tuning after which the remaining entries are skipped (listed)",
+    )
+    parser.add_argument("--remeasure", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.remeasure:
+        remeasure(args.registry, args.state_dir, args.smoke)
+        return 0
+
+    started = time.monotonic()
+    rows, chosen, subset = _select(args.registry, args.ops, args.smoke)
+    state = args.state_dir or Path(tempfile.mkdtemp(prefix="liger-bench-state-"))
+    store = SqliteStore(state / "ktuned.sqlite")
+    evaluation = EvaluationSettings(
+        interpreter=args.smoke,
+        interpreter_max_size=SMOKE_CAP if args.smoke else EvaluationSettings().interpreter_max_size,
+    )
+    summaries: list[Any] = []
+    fp: dict[str, str] = {}
+    skipped: list[str] = []
+    for entry in sorted(p for p in subset.iterdir() if p.is_dir()):
+        if time.monotonic() - started > args.wall_limit:  # keep the run inside its slot
+            skipped.append(entry.name)
+            shutil.rmtree(entry)
+            continue
+        report = tune_registry(
+            entry,
+            store=store,
+            state_dir=state,
+            settings=TuneSettings(budget=args.budget, policy="random"),
+            evaluation=evaluation,
+        )
+        summaries += report.summaries
+        fp = report.fingerprint or fp
+    store.close()
+    tuned_wall = time.monotonic() - started
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if args.smoke:
+        env["TRITON_INTERPRET"] = "1"
+    command = [sys.executable, __file__, "--remeasure", "--registry", str(subset)]
+    command += ["--state-dir", str(state)] + (["--smoke"] if args.smoke else [])
+    fresh = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    if fresh.returncode != 0:
+        print(fresh.stderr[-4000:], file=sys.stderr)
+        return 1
+    lines = [json.loads(line) for line in fresh.stdout.splitlines() if line.startswith("{")]
+    bandwidth = float(lines[0]["copy_bandwidth"])
+    spaces = {r.split("|")[1].strip(): r for r in rows}
+    kind = "interpreter times (CPU), not GPU results" if args.smoke else "GPU times"
+    print(
+        f"# Liger-Kernel registry · {fp.get('gpu_model')} · triton {fp.get('triton')} · "
+        f"torch {fp.get('torch')} · {kind}"
+    )
+    print(f"copy ceiling: {bandwidth / 1e9:.0f} GB/s (dst.copy_(src), read + write)\n")
+    print(
+        "| entry | shape | registered unchanged | space | shipped | tuned | speedup | "
+        "ceiling before | ceiling after | eager | best knobs |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    logs: list[float] = []
+    for item in lines[1:]:
+        name = item["entry"]
+        registered = spaces.get(name, f"| {name} | yes | ? |").split("|")
+        if "error" in item:
+            print(
+                f"| {name} | - | {registered[2].strip()} | {registered[3].strip()} | "
+                f"{item['error']} | | | | | | |"
+            )
+            continue
+        speedup = item["shipped_s"] / item["tuned_s"]
+        logs.append(math.log(speedup))
+        before = item["bytes"] / item["shipped_s"] / bandwidth
+        after = item["bytes"] / item["tuned_s"] / bandwidth
+        print(
+            f"| {name} | {item['shape']}/{item['dtype']} | {registered[2].strip()} | "
+            f"{registered[3].strip()} | {_ms(item['shipped_s'])} | {_ms(item['tuned_s'])} | "
+            f"{speedup:.2f}x | {before:.0%} | {after:.0%} | {_ms(item['eager_s'])} | "
+            f"{item['best_knobs'] or 'shipped'} |"
+        )
+    total = len(rows)
+    unchanged = sum(1 for r in rows if "| yes |" in r)
+    spaced = sum(1 for r in rows if "| yes |" in r and r.split("|")[3].strip() not in ("0", "1"))
+    geomean = math.exp(sum(logs) / len(logs)) if logs else float("nan")
+    print(
+        f"\nregistered unchanged: {unchanged}/{total} ({unchanged / total:.0%}); non-empty "
+        f"space: {spaced}/{total} ({spaced / total:.0%}); geomean tuned speedup over shipped "
+        f"({len(logs)} entry x shape): {geomean:.3f}x"
+    )
+    print(
+        f"budget: {args.budget} candidates per entry x {len(chosen) - len(skipped)} entries "
+        f"tuned; wall: {tuned_wall:.0f} s tuning, {time.monotonic() - started:.0f} s in all"
+    )
+    if skipped:
+        print(f"not tuned (--wall-limit {args.wall_limit:.0f} s reached): {', '.join(skipped)}")
+    for summary in summaries:
+        if summary.failures:
+            print(f"- {summary.kernel}: failures {dict(summary.failures)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,212 @@
+"""``ktuned tune`` as a new user runs it, then where the time went, then the referee.
+
+    python bench/tune_stats.py examples/registry --budget 40 --state-dir /tmp/ktuned-show
+           [--device auto] [--no-referee | --referee-only] [--out tune_stats.json]
+           [--tune-timeout S] [--referee-timeout S]
+
+Runs ``ktuned tune REGISTRY --budget N --state-dir DIR`` (a subprocess: exactly the user's
+command; the state directory should be fresh) and prints its output and total wall, then,
+from the store, per kernel: evaluations (first measurements, re-measurements apart), the
+median worker seconds per candidate with compilation excluded (the worker's ``load``,
+``correctness`` and ``benchmark`` phases), and the case-data cache's hit rate (the worker's
+counters, :mod:`tuned.evaluation.case_cache`, summed over the worker processes). Unless
+``--no-referee``, it then runs ``ktuned referee`` on the same state directory and prints its
+table and wall. Everything also goes to ``--out`` as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+WORKER_PHASES = ("load", "correctness", "benchmark")  # the worker's, compilation excluded
+
+
+def ktuned(
+    *args: str, timeout: float | None = None
+) -> tuple[subprocess.CompletedProcess[str], float]:
+    """Run ``ktuned ARGS``; past ``timeout`` seconds it gets SIGINT (ktuned saves what it
+    evaluated and stops its workers, exit 130), then SIGKILL 60 s later."""
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tuned.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": path},
+        cwd=ROOT,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+    run = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    return run, time.perf_counter() - t0
+
+
+def store_stats(db_path: Path) -> dict[str, Any]:
+    """Per kernel: evaluations, worker seconds per candidate (median), cache counters."""
+    if not db_path.exists():
+        return {
+            "kernels": {},
+            "cache": {"hits": 0, "misses": 0, "spill_hits": 0, "hit_rate": None},
+            "median_worker_s": float("nan"),
+        }
+    db = sqlite3.connect(db_path)
+    try:
+        rows = db.execute(
+            "SELECT kernel, outcome, result_json FROM evaluations ORDER BY seq"
+        ).fetchall()
+    finally:
+        db.close()
+    kernels: dict[str, dict[str, Any]] = {}
+    last: dict[str, int] | None = None
+    totals = {"hits": 0, "misses": 0, "spill_hits": 0}
+    segment = dict.fromkeys(totals, 0)
+    for kernel, outcome, text in rows:
+        result = json.loads(text)
+        meta = result.get("metadata") or {}
+        k = kernels.setdefault(kernel, {"evaluations": 0, "remeasures": 0, "worker_s": []})
+        if meta.get("remeasure"):
+            k["remeasures"] += 1
+        else:
+            k["evaluations"] += 1
+        phases = result.get("phase_seconds") or {}
+        if outcome == "ok" and any(p in phases for p in WORKER_PHASES):
+            k["worker_s"].append(sum(float(phases.get(p, 0.0)) for p in WORKER_PHASES))
+        cache = meta.get("case_cache")
+        if cache:
+            # Counters are per worker process, cumulative: a drop means a new worker.
+            if last is not None and cache.get("hits", 0) + cache.get("misses", 0) < last.get(
+                "hits", 0
+            ) + last.get("misses", 0):
+                for key in totals:
+                    totals[key] += segment[key]
+            segment = {key: int(cache.get(key, 0)) for key in totals}
+            last = cache
+    for key in totals:
+        totals[key] += segment[key]
+    out = {}
+    for name, k in sorted(kernels.items()):
+        out[name] = {
+            "evaluations": k["evaluations"],
+            "remeasures": k["remeasures"],
+            "median_worker_s": statistics.median(k["worker_s"]) if k["worker_s"] else None,
+        }
+    lookups = totals["hits"] + totals["misses"]
+    return {
+        "kernels": out,
+        "cache": {**totals, "hit_rate": totals["hits"] / lookups if lookups else None},
+        "median_worker_s": statistics.median(
+            [s for k in kernels.values() for s in k["worker_s"]] or [float("nan")]
+        ),
+    }
+
+
+def print_referee(report: dict[str, Any]) -> None:
+    def x(v: float | None) -> str:
+        return "-" if v is None else f"{v:.3f}x"
+
+    print(f"{'kernel':<16} {'shape':<28} {'claimed':>9} {'measured':>9}  agrees confirmed")
+    for c in report["claims"]:
+        print(
+            f"{c['kernel']:<16} {c['shape'] or '(kernel)':<28} {x(c['claimed']):>9} "
+            f"{x(c['measured']):>9}  {c['agrees']!s:>6} {c['confirmed']!s:>9} {c['error']}"
+        )
+    print(
+        f"{report['agreeing']}/{report['judged']} claims within {report['tolerance']:.0%}; "
+        f"{report['shapes_confirmed']}/{report['shapes_judged']} per-shape claims confirmed"
+    )
+    for name, why in report["skipped"].items():
+        print(f"skipped {name}: {why}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("registry", type=Path)
+    parser.add_argument("--budget", default="40")
+    parser.add_argument("--state-dir", type=Path, required=True)
+    parser.add_argument("--device", default="auto", choices=("auto", "gpu", "interpreter"))
+    parser.add_argument("--no-referee", action="store_true")
+    parser.add_argument(
+        "--referee-only", action="store_true", help="no tune: the store's figures and the referee"
+    )
+    parser.add_argument(
+        "--tune-timeout", type=float, default=None, help="seconds; then SIGINT (saved so far)"
+    )
+    parser.add_argument("--referee-timeout", type=float, default=None, help="seconds")
+    parser.add_argument("--out", type=Path, default=Path("tune_stats.json"))
+    args = parser.parse_args()
+    state = str(args.state_dir)
+    result: dict[str, Any] = {}
+    if not args.referee_only:
+        tune, wall = ktuned(
+            "tune",
+            str(args.registry),
+            "--budget",
+            args.budget,
+            "--device",
+            args.device,
+            "--state-dir",
+            state,
+            timeout=args.tune_timeout,
+        )
+        print(tune.stdout)
+        if tune.returncode != 0:
+            print(tune.stderr[-4000:], file=sys.stderr)
+        result.update(tune_wall_s=wall, tune_rc=tune.returncode)
+        print(f"ktuned tune: {wall:.1f} s wall (exit {tune.returncode})")
+    stats = store_stats(args.state_dir / "ktuned.sqlite")
+    result.update(stats)
+    print(f"{'kernel':<20} {'evaluations':>11} {'re-measures':>11} {'median worker s':>16}")
+    for name, k in stats["kernels"].items():
+        median = "-" if k["median_worker_s"] is None else f"{k['median_worker_s']:.2f}"
+        print(f"{name:<20} {k['evaluations']:>11} {k['remeasures']:>11} {median:>16}")
+    c = stats["cache"]
+    rate = "-" if c["hit_rate"] is None else f"{c['hit_rate']:.1%}"
+    print(
+        f"median worker seconds per candidate (compilation excluded): "
+        f"{stats['median_worker_s']:.2f}; case-data hits {c['hits']}, misses {c['misses']} "
+        f"({rate} hits, {c['spill_hits']} from pinned host memory)"
+    )
+    if not args.no_referee:
+        referee, r_wall = ktuned(
+            "referee",
+            "--json",
+            "--device",
+            args.device,
+            "--state-dir",
+            state,
+            timeout=args.referee_timeout,
+        )
+        result["referee_wall_s"] = r_wall
+        result["referee_rc"] = referee.returncode
+        if referee.returncode == 0:
+            result["referee"] = report = json.loads(referee.stdout)
+            print_referee(report)
+        else:
+            print(referee.stderr[-4000:], file=sys.stderr)
+        print(f"ktuned referee: {r_wall:.1f} s wall (exit {referee.returncode})")
+    args.out.write_text(json.dumps(result, indent=1))
+    print(f"JSON: {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""One story across commands: `status --json`, `report` and `/metrics` of a real daemon agree
+on every kernel's evaluation count and state (tuned.store.overview is their one source)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ADD_SOURCE, ADD_YAML, WriteEntry
+from tests.daemon.conftest import ROOT, StartDaemon, wait_for
+
+SMALL = ADD_YAML.replace("[64, 128, 256, 512, 1024]", "[64, 128]").replace("[1, 2, 4]", "[1]")
+
+
+def _cli(state: Path, *args: str) -> str:
+    run = subprocess.run(
+        [sys.executable, "-m", "tuned.cli", *args, "--state-dir", str(state)],
+        env={**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
+def _metrics(body: str) -> tuple[dict[str, int], dict[str, str]]:
+    evaluations: dict[str, int] = {}
+    for kernel, n in re.findall(
+        r'^ktuned_candidates_evaluated_total\{kernel="([^"]+)",outcome="[^"]+"\} (\S+)$',
+        body,
+        re.M,
+    ):
+        evaluations[kernel] = evaluations.get(kernel, 0) + int(float(n))
+    states = dict(
+        re.findall(r'^ktuned_kernel_state\{kernel="([^"]+)",state="([^"]+)"\} 1\.0$', body, re.M)
+    )
+    return evaluations, states
+
+
+@pytest.mark.slow
+def test_status_report_and_metrics_agree(
+    tmp_path: Path, write_entry: WriteEntry, start_daemon: StartDaemon
+) -> None:
+    registry = write_entry("small", yaml=SMALL.format(name="small")).parent
+    # An entry whose original gives wrong results: nothing to tune, state `failed`.
+    wrong = ADD_SOURCE.replace("x + y, mask=mask)", "x - y, mask=mask)")
+    write_entry("wrong", source=wrong, yaml=SMALL.format(name="wrong"))
+    d = start_daemon(registry)
+    d.notify.wait("READY", "1", timeout=180)
+    # Idle: both kernels done, nothing changes any more while the three are read.
+    wait_for(lambda: 'ktuned_daemon_state{state="idle"} 1.0' in d.metrics(), 180, "the daemon idle")
+    evaluations, states = _metrics(d.metrics())
+    status = json.loads(_cli(d.state, "status", "--json"))
+    out = tmp_path / "report"
+    _cli(d.state, "report", "--out", str(out))
+    page = (out / "index.html").read_text()
+    report = {
+        name: (state, int(n))
+        for name, state, n in re.findall(
+            r"<tr><td>([^<]+)</td><td>([^<]+)</td>(?:<td>[^<]*</td>){4}<td>(\d+)</td>", page
+        )
+    }
+    assert states == {"small": "exhausted", "wrong": "failed"}, states
+    assert evaluations["small"] >= 2 and evaluations["wrong"] >= 1
+    assert {k["kernel"]: k["state"] for k in status["kernels"]} == states
+    assert {k["kernel"]: k["evaluations"] for k in status["kernels"]} == evaluations
+    assert report == {k: (states[k], evaluations[k]) for k in states}
+    assert status["evaluations"] == sum(evaluations.values())
+    assert f"{sum(evaluations.values())}\nevaluations in all" in page
+    table = _cli(d.state, "status")
+    assert re.search(r"^small\s+exhausted\s", table, re.M), table
+    budget = json.loads(_cli(d.state, "budget", "--json"))
+    assert budget["llm"]["enabled"] is False and budget["requests"] == 0
+    assert budget["committed"] == {"total": 0, "daily": 0}
+    assert d.stop() == 0

@@ -1,0 +1,236 @@
+"""``@triton.autotune`` and ``@triton.heuristics`` kernels: their values become knobs.
+
+A candidate pins one configuration (the decorator's ``configs`` becomes that single
+``Config``, so Triton's autotuner runs it without benchmarking); the baseline (``auto``) is
+the source as written: the autotuner's own pick.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import sys
+import textwrap
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+from tests.registry.knob_diff import binding_changes
+from tuned.registry.autotune import AUTO
+from tuned.registry.discovery import discover_source
+from tuned.registry.injection import materialize
+
+AUTOTUNED = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.autotune(
+    configs=[
+        triton.Config({"BLOCK": 128}, num_warps=4),
+        triton.Config({"BLOCK": 512}, num_warps=8, num_stages=2),
+    ],
+    key=["n"],
+)
+@triton.jit
+def _scale(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 3, mask=offs < n)
+
+
+def run(x):
+    out = torch.empty_like(x)
+    n = x.numel()
+    _scale[lambda META: (triton.cdiv(n, META["BLOCK"]),)](x, out, n)
+    return out
+"""
+
+
+def _import(tmp_path: Path, source: str, name: str) -> ModuleType:
+    path = tmp_path / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.modules.pop(name, None)
+    return module
+
+
+def _without_decorators(source: str) -> str:
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef):
+            node.decorator_list = []
+    return ast.dump(tree)
+
+
+def test_autotune_space_is_the_configs_their_neighbours_and_the_ladder() -> None:
+    found = discover_source(AUTOTUNED, "run")
+    assert found is not None
+    assert found.knobs == {
+        "BLOCK": (64, 128, 256, 512, 1024),  # 128 and 512, the rung between, one either side
+        "num_warps": (2, 4, 8, 16),
+        "num_stages": (1, 2, 3, 4),  # 3 is Triton's default for the first config
+    }
+    assert found.baseline == {"BLOCK": AUTO, "num_warps": AUTO, "num_stages": AUTO}
+    # The baseline is the autotuner's own pick: the source unchanged.
+    assert materialize(AUTOTUNED, "run", found.baseline)[0] is AUTOTUNED
+
+
+def test_a_candidate_pins_one_config(tmp_path: Path) -> None:
+    variant, rest = materialize(AUTOTUNED, "run", {"BLOCK": 256, "num_warps": 2, "num_stages": 1})
+    assert rest == {}
+    # Only the decorator's configs changed.
+    assert _without_decorators(variant) == _without_decorators(AUTOTUNED)
+    assert "configs=[triton.Config({'BLOCK': 256}, num_warps=2, num_stages=1)]," in variant
+    copy = _import(tmp_path, variant, "ktuned_autotune_pinned")
+    (config,) = copy._scale.configs
+    assert config.kwargs == {"BLOCK": 256} and config.num_warps == 2 and config.num_stages == 1
+    x = torch.randn(1000)
+    torch.testing.assert_close(copy.run(x), x * 3)
+
+
+def test_configs_from_a_comprehension_over_literal_lists() -> None:
+    source = AUTOTUNED.replace(
+        """[
+        triton.Config({"BLOCK": 128}, num_warps=4),
+        triton.Config({"BLOCK": 512}, num_warps=8, num_stages=2),
+    ]""",
+        '[triton.Config({"BLOCK": b}, num_warps=w) for b in [32, 64] for w in (2, 4)]',
+    )
+    found = discover_source(source, "run")
+    assert found is not None
+    assert found.knobs["BLOCK"] == (16, 32, 64, 128)
+    assert found.knobs["num_warps"] == (1, 2, 4, 8)
+    assert found.knobs["num_stages"] == (2, 3, 4)  # Triton's default 3, and its neighbours
+
+
+HEURISTIC = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.heuristics(
+    {
+        "BLOCK_SIZE": lambda args: triton.next_power_of_2(args["n"]),
+        "EVEN": lambda args: args["n"] % 2 == 0,
+    }
+)
+@triton.jit
+def _row(x_ptr, out_ptr, n, EVEN: tl.constexpr, BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK_SIZE)
+    mask = offs < n
+    v = tl.load(x_ptr + row * n + offs, mask=mask)
+    if EVEN:
+        v = v + 0.0
+    tl.store(out_ptr + row * n + offs, v * 3, mask=mask)
+
+
+def run(x):
+    out = torch.empty_like(x)
+    _row[(x.shape[0],)](x, out, x.shape[1])
+    return out
+"""
+
+
+def test_a_heuristic_value_is_a_transform_knob_and_a_flag_is_not(tmp_path: Path) -> None:
+    found = discover_source(HEURISTIC, "run")
+    assert found is not None
+    # BLOCK_SIZE covers the row in one pass: it may grow only. EVEN is a flag.
+    assert found.knobs == {"BLOCK_SIZE": ("x1", "x2"), "num_warps": (1, 2, 4, 8, 16)}
+    variant, _ = materialize(HEURISTIC, "run", {"BLOCK_SIZE": "x2", "num_warps": 4})
+    assert binding_changes(HEURISTIC, variant) == [
+        'wrap triton.next_power_of_2(args["n"])'.replace('"', "'")
+    ]
+    assert '"BLOCK_SIZE": lambda args: min((triton.next_power_of_2(args["n"])) * 2, 65536),' in (
+        textwrap.dedent(variant)
+    )
+    x = torch.randn(2, 37)
+    torch.testing.assert_close(_import(tmp_path, variant, "ktuned_heuristic").run(x), x * 3)
+
+
+def test_a_pinned_config_keeps_the_configs_hooks(tmp_path: Path) -> None:
+    source = AUTOTUNED.replace(
+        'triton.Config({"BLOCK": 128}, num_warps=4)',
+        'triton.Config({"BLOCK": 128}, num_warps=4, pre_hook=_hook)',
+    ).replace(
+        "@triton.autotune(",
+        "CALLS = []\n\n\ndef _hook(nargs):\n    CALLS.append(1)\n\n\n@triton.autotune(",
+        1,
+    )
+    variant, _ = materialize(source, "run", {"BLOCK": 64, "num_warps": 2, "num_stages": 1})
+    assert "num_warps=2, num_stages=1, pre_hook=_hook)]" in variant
+    copy = _import(tmp_path, variant, "ktuned_autotune_hooked")
+    x = torch.randn(300)
+    torch.testing.assert_close(copy.run(x), x * 3)
+    assert copy.CALLS  # the hook ran before the pinned launch
+
+
+def test_an_imported_autotuned_kernel_is_pinned_at_its_launch(tmp_path: Path) -> None:
+    kernels = AUTOTUNED[: AUTOTUNED.index("def run")]
+    source = textwrap.dedent(
+        """
+        import torch
+        import triton
+        from scale_kernels import _scale
+
+
+        def run(x):
+            out = torch.empty_like(x)
+            n = x.numel()
+            _scale[lambda META: (triton.cdiv(n, META["BLOCK"]),)](x, out, n)
+            return out
+        """
+    )
+    sources = {"scale_kernels.py": kernels}
+    found = discover_source(source, "run", sources=sources)
+    assert found is not None and found.knobs["BLOCK"] == (64, 128, 256, 512, 1024)
+    assert materialize(source, "run", found.baseline, sources=sources)[0] is source
+    variant, _ = materialize(
+        source, "run", {"BLOCK": 256, "num_warps": 2, "num_stages": 1}, sources=sources
+    )
+    # The autotuner is bypassed at the launch (its decorator lives in the other file).
+    assert '_scale.fn[lambda META: (triton.cdiv(n, META["BLOCK"]),)](' in variant
+    assert "(x, out, n, BLOCK=256, num_warps=2, num_stages=1)" in variant
+    (tmp_path / "scale_kernels.py").write_text(kernels)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        copy = _import(tmp_path, variant, "ktuned_autotune_imported")
+        x = torch.randn(1000)
+        torch.testing.assert_close(copy.run(x), x * 3)
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("scale_kernels", None)
+
+
+def test_configs_from_a_module_list_or_a_function_returning_one(tmp_path: Path) -> None:
+    configs = """[
+        triton.Config({"BLOCK": 128}, num_warps=4),
+        triton.Config({"BLOCK": 512}, num_warps=8, num_stages=2),
+    ]"""
+    as_function = AUTOTUNED.replace(configs, "get_configs()").replace(
+        "@triton.autotune(",
+        f'def get_configs():\n    """The tutorial\'s way."""\n    return {configs}\n\n\n'
+        "@triton.autotune(",
+        1,
+    )
+    as_list = AUTOTUNED.replace(configs, "CONFIGS").replace(
+        "@triton.autotune(", f"CONFIGS = {configs}\n\n\n@triton.autotune(", 1
+    )
+    for source in (as_function, as_list):
+        found = discover_source(source, "run")
+        assert found is not None
+        assert found.knobs["BLOCK"] == (64, 128, 256, 512, 1024), found.notices
+        variant, _ = materialize(source, "run", {"BLOCK": 64, "num_warps": 2, "num_stages": 1})
+        assert "configs=[triton.Config({'BLOCK': 64}, num_warps=2, num_stages=1)]," in variant
+        x = torch.randn(100)
+        copy = _import(tmp_path, variant, f"ktuned_autotune_{len(source)}")
+        torch.testing.assert_close(copy.run(x), x * 3)

@@ -1,0 +1,124 @@
+"""``ktuned registry add``: an entry for existing code, in one command, that then runs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import ADD_SOURCE
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def ktuned(
+    *args: str | Path, path: Path, state: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "tuned.cli", *map(str, args)]
+    if state is not None:
+        cmd += ["--state-dir", str(state)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(path)])}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=path)
+
+
+def test_add_writes_an_entry_that_checks_and_runs(tmp_path: Path) -> None:
+    # The user's own package, importable (on PYTHONPATH), never copied into the entry.
+    package = tmp_path / "userkernels"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "add.py").write_text(ADD_SOURCE)
+    added = ktuned(
+        "registry",
+        "add",
+        "userkernels.add.add",
+        "--shape",
+        "N=3000",
+        "--shape",
+        "N=7",
+        "--dtype",
+        "float32",
+        "--out",
+        tmp_path / "registry",
+        path=tmp_path,
+    )
+    assert added.returncode == 0, added.stderr
+    entry = tmp_path / "registry" / "add"
+    yaml = (entry / "kernel.yaml").read_text()
+    assert "launcher: userkernels.add.add" in yaml and "reference" not in yaml.split("\n", 5)[-1]
+    assert "{N: 3000, perf: true}" in yaml and "{N: 7}" in yaml
+    inputs = (entry / "entry.py").read_text()
+    assert 'x = rand(shape["N"])' in inputs and 'y = rand(shape["N"])' in inputs
+    assert "NotImplementedError" not in inputs
+
+    check = ktuned("registry", "check", entry, path=tmp_path)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "ok       add:" in check.stdout
+
+    # The original runs in a worker, imported from the user's package, and is the reference.
+    state = tmp_path / "state"
+    run = ktuned("tune", entry, "--budget", "1", path=tmp_path, state=state)
+    assert run.returncode == 0, run.stderr
+    status = ktuned("status", path=tmp_path, state=state)
+    row = next(line for line in status.stdout.splitlines() if line.startswith("add"))
+    assert "failed" not in row and row.split()[1] != "-", status.stdout
+
+
+def test_add_writes_a_stub_that_check_reports(tmp_path: Path) -> None:
+    (tmp_path / "modal.py").write_text(
+        ADD_SOURCE.replace("def add(x, y, BLOCK=256", "def add(x, y, mode: str, BLOCK=256")
+    )
+    added = ktuned(
+        "registry",
+        "add",
+        "modal.add",
+        "--shape",
+        "N=64",
+        "--out",
+        tmp_path / "reg",
+        path=tmp_path,
+    )
+    assert added.returncode == 0, added.stderr
+    assert "TODO" in added.stdout and "mode" in added.stdout
+    check = ktuned("registry", "check", tmp_path / "reg", path=tmp_path)
+    assert check.returncode == 2
+    assert "field 'inputs'" in check.stdout and "still a stub" in check.stdout
+    assert "mode (a flag or mode" in check.stdout
+
+
+def test_add_refuses_what_it_cannot_import(tmp_path: Path) -> None:
+    added = ktuned("registry", "add", "no_such_pkg.mod.fn", "--shape", "N=4", path=tmp_path)
+    assert added.returncode == 2
+    assert "cannot import" in added.stderr
+    bad = ktuned("registry", "add", "os.path.join", "--shape", "N", path=tmp_path)
+    assert bad.returncode == 2 and "NAME=SIZE" in bad.stderr
+
+
+def test_add_says_when_the_launcher_writes_into_arguments(tmp_path: Path) -> None:
+    (tmp_path / "inplace.py").write_text(ADD_SOURCE + "\n\ndef add_(x, y):\n    add(x, y)\n")
+    added = ktuned(
+        "registry",
+        "add",
+        "inplace.add_",
+        "--shape",
+        "N=64",
+        "--out",
+        tmp_path / "reg",
+        path=tmp_path,
+    )
+    assert added.returncode == 0, added.stderr
+    assert "TODO" in added.stdout and "returns nothing" in added.stdout
+    assert "# outputs: [out]" in (tmp_path / "reg" / "add_" / "kernel.yaml").read_text()
+
+
+def test_registry_check_prints_the_space(tmp_path: Path) -> None:
+    from tests.conftest import ADD_YAML
+
+    entry = tmp_path / "add"
+    entry.mkdir()
+    (entry / "add.py").write_text(ADD_SOURCE)
+    (entry / "kernel.yaml").write_text(ADD_YAML.format(name="add"))
+    check = ktuned("registry", "check", entry, path=tmp_path)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "knob   BLOCK: 64, 128, 256, 512, 1024 (baseline 256)" in check.stdout
+    assert "knob   num_warps: 1, 2, 4 (baseline 4)" in check.stdout

@@ -1,0 +1,36 @@
+"""The progress line of `ktuned tune`: the bar, the elapsed time and the time left."""
+
+from __future__ import annotations
+
+import io
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from tuned import report
+from tuned.outcomes import Outcome, Provenance
+from tuned.report import Progress, format_duration
+
+
+def test_format_duration() -> None:
+    assert [format_duration(s) for s in (4.4, 65, 3599, 7620)] == ["4s", "1m05s", "59m59s", "2h07m"]
+
+
+def test_the_line_has_an_eta(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [100.0]
+    monkeypatch.setattr(report.time, "monotonic", lambda: now[0])
+    out = io.StringIO()
+    progress = Progress(4, stream=out)
+    spec: Any = SimpleNamespace(name="add")
+    candidate: Any = SimpleNamespace(knobs={"BLOCK": 64}, provenance=Provenance.PARAMETRIC)
+    result: Any = SimpleNamespace(outcome=Outcome.OK, time_s=1e-3, phase="")
+    summary: Any = SimpleNamespace(speedup=1.5)
+    now[0] = 130.0  # one evaluation in 30 s, three left
+    progress.update(spec, candidate, result, summary)
+    now[0] = 220.0
+    for _ in range(3):
+        progress.update(spec, candidate, result, summary)
+    first, *_, last = out.getvalue().splitlines()
+    assert " 1/4    30s eta 1m30s add parametric BLOCK=64: ok 1 ms; best 1.50x" in first
+    assert " 4/4   120s done add " in last

@@ -1,0 +1,267 @@
+"""Knobs of ``@triton.autotune`` and ``@triton.heuristics`` kernels, read from the decorators.
+
+**Autotune.** The space is the autotuner's own configurations, read from a literal
+``configs=[triton.Config({...}, num_warps=..., num_stages=...), ...]`` (or a list
+comprehension over literal lists): one knob per key of the configs' dicts, plus ``num_warps``
+and ``num_stages``. Each knob's values are the configs' values, their neighbours and the rest
+of the ladder between them (:func:`autotune_values`). A candidate pins one configuration: the
+decorator's ``configs`` becomes a list of that single ``Config`` (Triton's autotuner runs a
+single configuration without benchmarking), every other argument of the decorator (``key``,
+``prune_configs_by``, hooks) is kept. The baseline is :data:`AUTO`: the source unchanged, so
+the autotuner's own pick is what candidates are measured against.
+
+**Heuristics.** A ``@triton.heuristics({"BLOCK": lambda args: ...})`` value whose key is a
+block size (or ``num_warps``) of the kernel is a knob whose values scale the heuristic's own
+value (``x2``: the lambda's body is wrapped as ``min((body) * 2, 65536)``), so it stays a
+function of the shape. Keys that are flags (``EVEN_K: lambda args: ...``) are never knobs.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from tuned.registry.spec import KnobValue
+
+__all__ = [
+    "AUTO",
+    "AutotuneSpace",
+    "autotune_space",
+    "autotune_values",
+    "config_text",
+    "config_values",
+]
+
+#: The baseline value of an autotuned kernel's knobs: let the autotuner pick (source as written).
+AUTO = "auto"
+#: Triton's defaults for a ``Config`` that does not set them.
+CONFIG_DEFAULTS = {"num_warps": 4, "num_stages": 3}
+_OPTIONS = ("num_warps", "num_stages")
+_MAX_CONFIGS = 4096
+
+
+@dataclass(frozen=True, eq=False)
+class AutotuneSpace:
+    """The configurations of one ``@triton.autotune`` decorator."""
+
+    kernel: str
+    configs_node: ast.expr  # the expression replaced by a single pinned config
+    config_func: str  # how the source spells the Config class (``triton.Config``)
+    keys: tuple[str, ...]  # the dict keys, then num_warps, num_stages
+    configs: tuple[dict[str, KnobValue], ...]
+    #: other keyword arguments of the first Config (``pre_hook=...``, ``maxnreg=...``), kept
+    extra: str = ""
+
+
+class _Unreadable(Exception):
+    """A configs expression this module does not evaluate statically."""
+
+
+def _eval(node: ast.expr, env: dict[str, object]) -> object:
+    """A literal, a name bound by an enclosing comprehension, or ``range(literals)``."""
+    if isinstance(node, ast.Name):
+        if node.id in env:
+            return env[node.id]
+        raise _Unreadable(node.id)
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "range"
+        and not node.keywords
+    ):
+        args = [_eval(a, env) for a in node.args]
+        ints = [a for a in args if isinstance(a, int)]
+        if len(ints) == len(args) and 1 <= len(ints) <= 3:
+            return list(range(*ints))
+        raise _Unreadable("range")
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [_eval(e, env) for e in node.elts]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Add, ast.Pow)):
+        left, right = _eval(node.left, env), _eval(node.right, env)
+        if isinstance(left, int) and isinstance(right, int) and abs(right) < 64:
+            if isinstance(node.op, ast.Mult):
+                return left * right
+            return left + right if isinstance(node.op, ast.Add) else left**right
+        raise _Unreadable("arithmetic")
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError) as exc:
+        raise _Unreadable(ast.unparse(node)[:40]) from exc
+
+
+def _bind(target: ast.expr, value: object, env: dict[str, object]) -> None:
+    if isinstance(target, ast.Name):
+        env[target.id] = value
+    elif isinstance(target, ast.Tuple) and isinstance(value, (list, tuple)):
+        if len(value) != len(target.elts):
+            raise _Unreadable("unpacking")
+        for t, v in zip(target.elts, value, strict=True):
+            _bind(t, v, env)
+    else:
+        raise _Unreadable("target")
+
+
+def _config(call: ast.expr, env: dict[str, object]) -> tuple[str, dict[str, KnobValue]]:
+    if not (isinstance(call, ast.Call) and ast.unparse(call.func).endswith("Config")):
+        raise _Unreadable("not a Config")
+    if not call.args or not isinstance(call.args[0], ast.Dict):
+        raise _Unreadable("Config without a literal dict")
+    config: dict[str, KnobValue] = {}
+    for k, v in zip(call.args[0].keys, call.args[0].values, strict=True):
+        if not (isinstance(k, ast.Constant) and isinstance(k.value, str)):
+            raise _Unreadable("a non-string key")
+        value = _eval(v, env)
+        if not isinstance(value, (int, float, str, bool)):
+            raise _Unreadable("a non-scalar value")
+        config[k.value] = value
+    for kw in call.keywords:
+        if kw.arg not in _OPTIONS and set(env) & {
+            n.id for n in ast.walk(kw.value) if isinstance(n, ast.Name)
+        }:
+            raise _Unreadable(f"Config's {kw.arg} varies between configs")
+        if kw.arg in _OPTIONS:
+            value = _eval(kw.value, env)
+            if not isinstance(value, int):
+                raise _Unreadable(kw.arg)
+            config[kw.arg] = value
+    for option, default in CONFIG_DEFAULTS.items():
+        config.setdefault(option, default)
+    return ast.unparse(call.func), config
+
+
+def _configs(node: ast.expr) -> tuple[str, list[dict[str, KnobValue]]]:
+    if isinstance(node, (ast.List, ast.Tuple)):
+        pairs = [_config(e, {}) for e in node.elts]
+    elif isinstance(node, ast.ListComp):
+        envs: list[dict[str, object]] = [{}]
+        for gen in node.generators:
+            if gen.is_async:
+                raise _Unreadable("async")
+            grown: list[dict[str, object]] = []
+            for env in envs:
+                items = _eval(gen.iter, env)
+                if not isinstance(items, list):
+                    raise _Unreadable("iterable")
+                for item in items:
+                    inner = dict(env)
+                    _bind(gen.target, item, inner)
+                    if gen.ifs:
+                        raise _Unreadable("a filtered comprehension")
+                    grown.append(inner)
+            envs = grown
+            if len(envs) > _MAX_CONFIGS:
+                raise _Unreadable("too many configurations")
+        pairs = [_config(node.elt, env) for env in envs]
+    else:
+        raise _Unreadable(type(node).__name__)
+    if not pairs:
+        raise _Unreadable("no configuration")
+    return pairs[0][0], [c for _, c in pairs]
+
+
+def _extra(node: ast.expr) -> str:
+    """The first Config's keyword arguments other than num_warps / num_stages, as source."""
+    first = node.elt if isinstance(node, ast.ListComp) else None
+    if isinstance(node, (ast.List, ast.Tuple)):
+        first = node.elts[0]
+    assert isinstance(first, ast.Call)
+    return "".join(f", {ast.unparse(kw)}" for kw in first.keywords if kw.arg not in _OPTIONS)
+
+
+def _resolved(node: ast.expr, module: ast.Module | None) -> ast.expr:
+    """``CONFIGS`` (a module-level list) or ``get_configs()`` (a module function that only
+    returns one) followed to the expression that holds the configurations, a few steps deep;
+    ``node`` itself otherwise."""
+    if module is None:
+        return node
+    for _ in range(4):
+        if isinstance(node, ast.Name):
+            bound = [
+                s.value
+                for s in module.body
+                if isinstance(s, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == node.id for t in s.targets)
+            ]
+            if not bound:
+                return node
+            node = bound[-1]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.args:
+            name = node.func.id
+            defs = [s for s in module.body if isinstance(s, ast.FunctionDef) and s.name == name]
+            body = defs[-1].body if defs else []
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                body = body[1:]  # a docstring
+            if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
+                return node
+            node = body[0].value
+        else:
+            return node
+    return node
+
+
+def autotune_space(
+    kernel: str, decorator: ast.Call, module: ast.Module | None = None
+) -> AutotuneSpace | str:
+    """The configurations of ``@triton.autotune(...)`` on ``kernel``, or why they cannot be
+    read without running the module. With the kernel's ``module``, configs given as a
+    module-level list or by a function that only returns one are read too."""
+    node = next((k.value for k in decorator.keywords if k.arg == "configs"), None)
+    if node is None and decorator.args:
+        node = decorator.args[0]
+    if node is None:
+        return "its @triton.autotune has no configs"
+    try:
+        func, configs = _configs(_resolved(node, module))
+    except _Unreadable as exc:
+        return (
+            f"its @triton.autotune configs are not a literal list of triton.Config "
+            f"(or a comprehension over literal lists): {exc}"
+        )
+    keys = list(dict.fromkeys(k for c in configs for k in c if k not in _OPTIONS))
+    missing = [k for k in keys if any(k not in c for c in configs)]
+    if missing:
+        return f"its @triton.autotune configs do not all set {', '.join(missing)}"
+    return AutotuneSpace(
+        kernel=kernel,
+        configs_node=node,
+        config_func=func,
+        extra=_extra(_resolved(node, module)),
+        keys=(*keys, *_OPTIONS),
+        configs=tuple(configs),
+    )
+
+
+def autotune_values(
+    key: str, seen: list[KnobValue], ladder: tuple[int, ...] | None
+) -> tuple[KnobValue, ...]:
+    """The configs' values of ``key``, and where ``ladder`` (sorted ints) is given, its rungs
+    from one below the smallest to one above the largest config value."""
+    ints = [v for v in seen if isinstance(v, int) and not isinstance(v, bool)]
+    if ladder is None or len(ints) != len(seen):
+        return tuple(dict.fromkeys(seen))
+    low = max([r for r in ladder if r < min(ints)] or [min(ints)])
+    high = min([r for r in ladder if r > max(ints)] or [max(ints)])
+    rungs = [r for r in ladder if low <= r <= high]
+    return tuple(sorted(set(ints) | set(rungs)))
+
+
+def config_values(space: AutotuneSpace, pinned: Mapping[str, KnobValue]) -> dict[str, KnobValue]:
+    """Every key of the configs, from ``pinned`` (keys not pinned, or pinned to :data:`AUTO`,
+    take the first config's value)."""
+    return {
+        k: pinned[k] if pinned.get(k, AUTO) != AUTO else space.configs[0][k] for k in space.keys
+    }
+
+
+def config_text(space: AutotuneSpace, pinned: Mapping[str, KnobValue]) -> str:
+    """The source of a configs list holding the single configuration ``pinned``."""
+    chosen = config_values(space, pinned)
+    body = ", ".join(f"{k!r}: {chosen[k]!r}" for k in space.keys if k not in _OPTIONS)
+    options = ", ".join(f"{k}={chosen[k]!r}" for k in _OPTIONS)
+    return f"[{space.config_func}({{{body}}}, {options}{space.extra})]"
+
+
+def product_size(space: AutotuneSpace) -> int:
+    """How many distinct configurations the decorator lists."""
+    return len({tuple(sorted(c.items())) for c in space.configs})

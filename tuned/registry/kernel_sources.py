@@ -1,0 +1,183 @@
+"""Where a launcher's functions and its imported kernels are, found without importing anything.
+
+- :func:`launcher_functions`: the functions a launcher's dotted name runs (``f``,
+  ``Cls.method``, ``Cls.apply`` of an autograd Function, ``Cls`` of an ``nn.Module``).
+- :func:`imported_kernels`: ``@triton.jit`` functions a module imports by name
+  (``from pkg.kernels import _add``, ``from helpers import _add``) or through an imported
+  module (``import pkg.kernels as K`` then ``K._add[grid](...)``), read from the imported
+  module's source: first the entry's own files (``sources``, relative path -> text), then the
+  import path (``sys.path``), located by file name only: nothing is imported or executed.
+  Kernels launched from one file and defined in another are then discovered like local ones.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from tuned.registry.kernel_facts import is_jit
+
+__all__ = [
+    "imported_kernels",
+    "launched_name",
+    "launcher_functions",
+    "locate_launcher",
+    "module_functions",
+    "module_statements",
+]
+
+#: Largest module read to find an imported kernel (a generated file is not a kernel library).
+MAX_SOURCE_BYTES = 2 << 20
+
+
+def module_statements(tree: ast.Module) -> list[ast.stmt]:
+    """The module's top-level statements, and those inside top-level ``if``/``try``/``with``
+    blocks (``if has_triton(): @triton.jit def ...`` is a common guard), in source order."""
+    out: list[ast.stmt] = []
+    todo: list[ast.stmt] = list(reversed(tree.body))
+    while todo:
+        stmt = todo.pop()
+        out.append(stmt)
+        if isinstance(stmt, (ast.If, ast.Try, ast.With)):
+            inner: list[ast.stmt] = [*stmt.body, *getattr(stmt, "orelse", [])]
+            if isinstance(stmt, ast.Try):
+                inner += [s for h in stmt.handlers for s in h.body] + stmt.finalbody
+            todo.extend(reversed(inner))
+    return out
+
+
+def module_functions(tree: ast.Module) -> dict[str, ast.FunctionDef]:
+    """Name -> def of the module's functions (see :func:`module_statements`; the last
+    definition of a name wins)."""
+    return {s.name: s for s in module_statements(tree) if isinstance(s, ast.FunctionDef)}
+
+
+def launcher_functions(tree: ast.Module, qualname: str) -> list[ast.FunctionDef]:
+    """The functions a launcher's dotted name runs: ``f``; ``Cls.method``; ``Cls.apply`` of an
+    autograd Function (its ``forward`` and ``backward``); ``Cls`` (an ``nn.Module``: its
+    ``forward``). Empty when the module does not define it."""
+    head, _, tail = qualname.partition(".")
+    for stmt in reversed(module_statements(tree)):  # the last definition wins
+        if isinstance(stmt, ast.FunctionDef) and stmt.name == head and not tail:
+            return [stmt]
+        if isinstance(stmt, ast.ClassDef) and stmt.name == head:
+            methods = {s.name: s for s in stmt.body if isinstance(s, ast.FunctionDef)}
+            if tail == "apply" and "forward" in methods:
+                return [methods[n] for n in ("forward", "backward") if n in methods]
+            if not tail:
+                return [methods["forward"]] if "forward" in methods else []
+            return [methods[tail]] if tail in methods else []
+    return []
+
+
+def _read(path: Path) -> str | None:
+    try:
+        if not path.is_file() or path.stat().st_size > MAX_SOURCE_BYTES:
+            return None
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _module_source(dotted: str, sources: Mapping[str, str], search: Sequence[str]) -> str | None:
+    rel = dotted.replace(".", "/")
+    for candidate in (f"{rel}.py", f"{rel}/__init__.py"):
+        if candidate in sources:
+            return sources[candidate]
+    for entry in search:
+        if not entry or not Path(entry).is_dir():
+            continue
+        for candidate in (f"{rel}.py", f"{rel}/__init__.py"):
+            text = _read(Path(entry) / candidate)
+            if text is not None:
+                return text
+    return None
+
+
+def launched_name(node: ast.expr) -> str:
+    """``k`` for ``k[grid](...)``, ``K.k`` for ``K.k[grid](...)`` (a kernel of an imported
+    module); "" for anything else (``self.k``, a call)."""
+    if isinstance(node, ast.Name):
+        return node.id
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) and parts else ""
+
+
+@functools.lru_cache(maxsize=256)
+def _kernels_of(text: str | None) -> dict[str, ast.FunctionDef]:
+    """The ``@triton.jit`` functions of a module's source (cached: a worker materializes every
+    candidate, and a library module is read once per process)."""
+    if text is None:
+        return {}
+    try:
+        other = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return {}
+    return {
+        name: fn
+        for name, fn in module_functions(other).items()
+        if any(is_jit(d) for d in fn.decorator_list)
+    }
+
+
+def locate_launcher(
+    dotted: str, search: Sequence[str] | None = None
+) -> tuple[str, str, Path] | None:
+    """(module, qualname, file) of a launcher given as a dotted path into an installed module
+    (``liger_kernel.ops.rms_norm.LigerRMSNormFunction.apply`` -> ``liger_kernel.ops.rms_norm``,
+    ``LigerRMSNormFunction.apply``, its ``.py`` file), found on the import path without
+    importing anything; None when no prefix of ``dotted`` is a module file. The longest
+    module prefix wins. Its source is what :func:`~tuned.registry.discovery.discover_source`
+    and :func:`~tuned.registry.injection.materialize` take, with ``qualname`` as launcher."""
+    parts = dotted.split(".")
+    search = sys.path if search is None else search
+    for cut in range(len(parts) - 1, 0, -1):
+        rel = "/".join(parts[:cut])
+        for entry in search:
+            if entry and Path(entry).is_dir():
+                path = Path(entry) / f"{rel}.py"
+                if path.is_file():
+                    return ".".join(parts[:cut]), ".".join(parts[cut:]), path
+    return None
+
+
+def imported_kernels(
+    tree: ast.Module,
+    sources: Mapping[str, str] | None = None,
+    search: Sequence[str] | None = None,
+) -> dict[str, ast.FunctionDef]:
+    """Local name -> ``@triton.jit`` function, for each kernel ``tree`` imports by name with an
+    absolute ``from ... import`` at top level (see the module docstring)."""
+    sources = sources or {}
+    search = sys.path if search is None else search
+    found: dict[str, ast.FunctionDef] = {}
+    parsed: dict[str, dict[str, ast.FunctionDef]] = {}
+
+    def kernels(dotted: str) -> dict[str, ast.FunctionDef]:
+        if dotted not in parsed:
+            parsed[dotted] = _kernels_of(_module_source(dotted, sources, search))
+        return parsed[dotted]
+
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Import):  # import pkg.kernels as K: K._add[grid](...)
+            for alias in stmt.names:
+                local = alias.asname or alias.name
+                for name, fn in kernels(alias.name).items():
+                    found[f"{local}.{name}"] = fn
+        if not isinstance(stmt, ast.ImportFrom) or stmt.level or not stmt.module:
+            continue
+        for alias in stmt.names:
+            local = alias.asname or alias.name
+            direct = kernels(stmt.module).get(alias.name)
+            if direct is not None:
+                found[local] = direct
+            else:  # from pkg import kernels: kernels._add[grid](...)
+                for name, fn in kernels(f"{stmt.module}.{alias.name}").items():
+                    found[f"{local}.{name}"] = fn
+    return found

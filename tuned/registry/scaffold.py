@@ -1,0 +1,242 @@
+"""``ktuned registry add``: an entry for a function that already exists, in one command.
+
+Given a dotted path (``package.module.function``, ``package.module.SomeFunction.apply``, a
+method, an ``nn.Module`` class), shapes and dtypes, :func:`add_entry` writes a directory with
+``kernel.yaml`` and ``entry.py``:
+
+- ``launcher`` is the dotted path itself (the code is used as it is, never copied);
+- no ``reference``: the original, at its own defaults, is the reference;
+- no ``knobs``: discovery finds them (``ktuned registry check`` prints the space);
+- ``inputs: make_inputs`` in ``entry.py``, generated from the launcher's signature: every
+  parameter without a default becomes an input, made by its name (a tensor of the shape's
+  dimensions in the given order, 1-D of the last dimension for weights and biases, the size
+  for a parameter named after a dimension, a small float for ``eps``). A parameter it cannot
+  read makes ``make_inputs`` a stub that raises ``NotImplementedError("TODO ...")``, which
+  ``ktuned registry check`` reports until it is written.
+
+Unlike the loader, this imports the target (the user asked for it, on their own code): the
+signature is read with :mod:`inspect`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tuned.errors import BadInputError
+from tuned.registry.validate import canonical_dtype
+
+__all__ = ["AddedEntry", "add_entry", "infer_inputs", "parse_shape"]
+
+STUB_MARK = "TODO(ktuned registry add)"
+_WEIGHT = re.compile(r"^(w|weight|weights|gamma|beta|bias|b|alpha|scale|shift|g)(_.*)?$", re.I)
+_EPS = re.compile(r"eps|epsilon", re.I)
+
+
+@dataclass(frozen=True)
+class AddedEntry:
+    directory: Path
+    name: str
+    todo: tuple[str, ...]  # parameters make_inputs could not infer (a stub when not empty)
+
+
+def parse_shape(text: str) -> dict[str, int]:
+    """``M=4096,N=4096`` -> ``{"M": 4096, "N": 4096}``."""
+    dims: dict[str, int] = {}
+    for part in text.split(","):
+        name, sep, value = part.strip().partition("=")
+        if not sep or not name.isidentifier() or not value.strip().isdigit():
+            raise BadInputError(
+                f"--shape {text!r}: write dimensions as NAME=SIZE separated by commas, "
+                "e.g. --shape M=4096,N=4096"
+            )
+        if int(value) <= 0:
+            raise BadInputError(f"--shape {text!r}: {name} must be a positive size")
+        dims[name] = int(value)
+    return dims
+
+
+def _resolve(path: str) -> Any:
+    parts = path.split(".")
+    if not all(p.isidentifier() for p in parts):
+        raise BadInputError(f"{path!r} is not a dotted Python path (package.module.function)")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            obj: Any = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for part in parts[cut:]:
+            if not hasattr(obj, part):
+                raise BadInputError(f"{'.'.join(parts[:cut])} has no attribute {part!r} ({path})")
+            obj = getattr(obj, part)
+        return obj
+    raise BadInputError(
+        f"cannot import any module of {path!r}; install the package or run from the "
+        "directory that holds it (and make it importable for the worker: installed, or on "
+        "PYTHONPATH)"
+    )
+
+
+def _returns_nothing(target: Any) -> bool:
+    """True when the launcher's source is readable and has no ``return <value>``."""
+    import ast
+    import textwrap
+
+    from tuned.registry.launchers import returns_nothing
+
+    function = getattr(target, "__func__", target)
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    except (OSError, TypeError, SyntaxError):
+        return False
+    defs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+    return bool(defs) and returns_nothing(defs[0])
+
+
+def _signature_params(target: Any) -> list[inspect.Parameter]:
+    """The parameters that receive inputs (``ctx``/``self`` left out)."""
+    import torch
+
+    owner = getattr(target, "__self__", None)
+    if (
+        isinstance(owner, type)
+        and issubclass(owner, torch.autograd.Function)
+        and getattr(target, "__name__", "") == "apply"
+    ):
+        return list(inspect.signature(owner.forward).parameters.values())[1:]
+    if isinstance(target, type):
+        return list(
+            inspect.signature(getattr(target, "forward", target.__call__)).parameters.values()
+        )[1:]
+    return list(inspect.signature(target).parameters.values())
+
+
+def infer_inputs(
+    params: Sequence[inspect.Parameter], dims: Mapping[str, int]
+) -> tuple[list[str], list[str]]:
+    """(lines of make_inputs' body that build each input, parameters it could not infer)."""
+    order = list(dims)
+    full = ", ".join(f'shape["{d}"]' for d in order)
+    last = f'shape["{order[-1]}"]'
+    lines, todo, names = [], [], []
+    for p in params:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        if p.default is not p.empty:
+            continue  # the launcher's own default: left to it (or to knob discovery)
+        if p.kind is p.KEYWORD_ONLY:
+            todo.append(f"{p.name} (keyword-only, no default: inputs are passed by position)")
+            continue
+        lowered = p.name.lower()
+        if p.name in dims:
+            lines.append(f'{p.name} = shape["{p.name}"]')
+        elif _EPS.search(lowered):
+            lines.append(f"{p.name} = 1e-6")
+        elif _WEIGHT.match(p.name):
+            lines.append(f"{p.name} = rand({last})")
+        elif p.annotation in (int, "int") or p.annotation in (float, "float"):
+            todo.append(f"{p.name} (a {getattr(p.annotation, '__name__', p.annotation)} scalar)")
+            continue
+        elif p.annotation in (bool, "bool", str, "str"):
+            todo.append(f"{p.name} (a flag or mode: choose the value production uses)")
+            continue
+        else:
+            lines.append(f"{p.name} = rand({full})")
+        names.append(p.name)
+    lines.append(f"return ({', '.join(names)}{',' if len(names) == 1 else ''})")
+    return lines, todo
+
+
+def _module_text(
+    path: str, params: Sequence[inspect.Parameter], dims: Mapping[str, int]
+) -> tuple[str, list[str]]:
+    body, todo = infer_inputs(params, dims)
+    signature = ", ".join(p.name for p in params)
+    head = [
+        f'"""Inputs for {path}, written by `ktuned registry add`.',
+        "",
+        f"Its parameters: {signature}.",
+        "Edit freely: inputs must be deterministic in seed (made on the CPU with a seeded",
+        'generator, then moved to the device). The launcher is called as launcher(*inputs)."""',
+        "",
+        "import torch",
+        "",
+        "",
+        "def make_inputs(shape, dtype, device, seed):",
+    ]
+    if todo:
+        what = "; ".join(todo)
+        head.append(f'    raise NotImplementedError("{STUB_MARK}: make the inputs for {what}")')
+    head += [
+        "    g = torch.Generator().manual_seed(seed)",
+        "",
+        "    def rand(*size):",
+        "        t = torch.randn(*size, generator=g)",
+        "        return (t if dtype.is_floating_point else (t * 8).round()).to(dtype).to(device)",
+        "",
+    ]
+    return "\n".join(head + [f"    {line}" for line in body]) + "\n", todo
+
+
+def add_entry(
+    path: str,
+    shapes: Sequence[Mapping[str, int]],
+    dtypes: Sequence[str],
+    out: Path,
+    *,
+    name: str | None = None,
+) -> AddedEntry:
+    """Write the entry directory ``out/NAME`` for the launcher at ``path`` (module docstring)."""
+    if not shapes:
+        raise BadInputError("give at least one --shape, e.g. --shape M=4096,N=4096")
+    first = list(shapes[0])
+    for s in shapes[1:]:
+        if list(s) != first:
+            raise BadInputError(f"every --shape must name the same dimensions ({', '.join(first)})")
+    canon = []
+    for d in dtypes or ["float16"]:
+        c = canonical_dtype(d)
+        if c is None:
+            raise BadInputError(f"--dtype {d!r} is not a dtype ktuned knows (e.g. float16)")
+        canon.append(c)
+    target = _resolve(path)
+    params = _signature_params(target)
+    writes = _returns_nothing(target)
+    entry_name = name or re.sub(
+        r"[^a-z0-9_-]+", "-", path.split(".")[-1 if not path.endswith(".apply") else -2].lower()
+    ).strip("-")
+    directory = out / entry_name
+    if (directory / "kernel.yaml").exists():
+        raise BadInputError(f"{directory / 'kernel.yaml'} exists already; choose --name or --out")
+    directory.mkdir(parents=True, exist_ok=True)
+    module, todo = _module_text(path, params, shapes[0])
+    (directory / "entry.py").write_text(module, encoding="utf-8")
+    rows = []
+    for i, s in enumerate(shapes):
+        dims = ", ".join(f"{k}: {v}" for k, v in s.items())
+        rows.append(f"  - {{{dims}{', perf: true' if i == 0 else ''}}}")
+    yaml = [
+        f"# Written by `ktuned registry add {path}`.",
+        "# The launcher is used as it is; without a reference, its own outputs (at its",
+        "# defaults) are the reference; without knobs, they are discovered: `ktuned",
+        "# registry check` prints the space. A launcher that writes its results into",
+        "# arguments needs `outputs: [NAME, ...]`; gradients: `backward: true`.",
+        f"name: {entry_name}",
+        "module: entry.py",
+        f"launcher: {path}",
+        "inputs: make_inputs",
+        "shapes:",
+        *rows,
+        f"dtypes: [{', '.join(canon)}]",
+    ]
+    if writes:
+        todo.append("outputs (the launcher returns nothing: list the arguments it writes)")
+        yaml.insert(5, "# TODO: the launcher returns nothing; name what it writes, e.g.")
+        yaml.insert(6, "# outputs: [out]")
+    (directory / "kernel.yaml").write_text("\n".join(yaml) + "\n", encoding="utf-8")
+    return AddedEntry(directory=directory, name=entry_name, todo=tuple(todo))
