@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from policies.base import SearchSpace, Suggestion, Trial
+from policies.base import Policy, SearchSpace, Suggestion, Trial
 from policies.history import TrialLog
 from policies.space_index import SpaceIndex
 
@@ -75,7 +75,7 @@ class AnnealingState:
         )
 
 
-class SimulatedAnnealingPolicy:
+class SimulatedAnnealingPolicy(Policy):
     """Kernel Tuner-style simulated annealing (see the module docstring)."""
 
     name: ClassVar[str] = "simulated_annealing"

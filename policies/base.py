@@ -136,3 +136,22 @@ class Policy(Protocol):
     def observe(self, suggestion: Suggestion, trial: Trial) -> None: ...
 
     def to_dict(self) -> dict[str, Any]: ...
+
+    # -- optional hooks, no-ops here: a policy that subclasses Policy inherits these; the
+    # -- hierarchical bandit implements them (clusters, profiles, LLM arms).
+
+    #: Whether the policy has LLM arms (``set_llm_strategies`` means something to it).
+    llm_arms: ClassVar[bool] = False
+
+    def set_llm_strategies(self, strategies: Sequence[Any]) -> None:
+        """The LLM strategies (:class:`policies.strategies.Strategy`) open from the next
+        :meth:`suggest` on; ``()``: none. Ignored by a policy without LLM arms."""
+
+    def update_metrics(self, metrics: Mapping[str, Mapping[str, float]]) -> None:
+        """Profile metrics (candidate id -> metrics) that arrived after their trials were
+        observed. Ignored by a policy that does not use them."""
+
+    def representatives(self) -> dict[int, str]:
+        """Group id -> candidate id of the candidates whose profiles the policy wants first;
+        none by default."""
+        return {}

@@ -164,6 +164,7 @@ class HierarchicalPolicy:
 
     name: ClassVar[str] = "hierarchical"
     default_settings: ClassVar[HierarchicalSettings] = HierarchicalSettings()
+    llm_arms: ClassVar[bool] = True  # the Policy hook: set_llm_strategies opens LLM arms
 
     def __init__(
         self,

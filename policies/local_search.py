@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from policies.base import SearchSpace, Suggestion, Trial
+from policies.base import Policy, SearchSpace, Suggestion, Trial
 from policies.history import TrialLog
 from policies.space_index import SpaceIndex
 
@@ -59,7 +59,7 @@ class LocalSearchState:
         )
 
 
-class GreedyLocalSearchPolicy:
+class GreedyLocalSearchPolicy(Policy):
     """Kernel Tuner-style greedy multi-start local search (see the module docstring)."""
 
     name: ClassVar[str] = "greedy_ls"

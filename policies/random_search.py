@@ -8,14 +8,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from policies.base import SearchSpace, Suggestion, Trial
+from policies.base import Policy, SearchSpace, Suggestion, Trial
 from policies.history import TrialLog
 
 __all__ = ["RandomPolicy"]
 
 
 @dataclass
-class RandomPolicy:
+class RandomPolicy(Policy):
     """Draws each configuration uniformly from the valid ones not yet evaluated or pending.
 
     Stateless apart from the history it is given, so ``to_dict`` is empty and a restarted

@@ -1,9 +1,8 @@
-"""Measurement: timing, Nsight Compute profiles, bottleneck classes and roofline, GPU peaks,
-and observers (NVML, proton) around a benchmark. docs/profiling.md describes how ktuned uses
-them.
+"""Measurement: timing, Nsight Compute profiles, bottleneck classes and roofline, GPU peaks.
+docs/profiling.md describes how ktuned uses them.
 
-A library: never imports ``tuned``. Heavy or optional dependencies (torch, pynvml, Triton's
-proton) are imported where used.
+A library: never imports ``tuned``. Heavy or optional dependencies (torch) are imported
+where used.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from profilers.ncu import (
     parse_raw_csv,
     profile_from_launches,
 )
-from profilers.observers import NvmlObserver, Observer, ProtonObserver, observing
 from profilers.peaks import PeakMeasurementError, Peaks, measure_in_subprocess
 from profilers.timing import TimingSettings, gpu_median_seconds, wall_median_seconds
 
@@ -28,21 +26,17 @@ __all__ = [
     "ClassifySettings",
     "NcuProfiler",
     "NcuSettings",
-    "NvmlObserver",
-    "Observer",
     "PeakMeasurementError",
     "Peaks",
     "Profile",
     "ProfileResult",
     "ProfileStatus",
-    "ProtonObserver",
     "RooflinePoint",
     "Stall",
     "TimingSettings",
     "classify",
     "gpu_median_seconds",
     "measure_in_subprocess",
-    "observing",
     "parse_raw_csv",
     "profile_from_launches",
     "roofline_point",

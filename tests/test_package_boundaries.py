@@ -60,7 +60,7 @@ TUNER = ("tuned.search", "tuned.pipeline", "tuned.tuning")
 #: under ``forbidden``, directly or (``transitively``) through any chain of imports.
 LAYER_RULES = (
     [(tuner, "tuned.daemon", True) for tuner in TUNER]
-    + [("tuned.store", tuner, True) for tuner in (*TUNER, "tuned.daemon")]
+    + [("tuned.store", upper, True) for upper in (*TUNER, "tuned.daemon", "tuned.llm")]
     + [
         ("tuned.evaluation", "tuned.search", True),
         ("tuned.evaluation", "tuned.store", False),  # the sandboxed side reaches no store
@@ -195,6 +195,20 @@ def test_runtime_imports_only_store_registry_and_shared_values() -> None:
 )
 def test_layer(importer: str, forbidden: str, transitively: bool) -> None:
     assert _violations(importer, forbidden, transitively) == []
+
+
+def test_only_the_store_speaks_to_postgresql() -> None:
+    """One persistence layer: the PostgreSQL driver is imported by ``tuned.store`` alone (the
+    LLM's ledger included); everything else goes through the store's API."""
+    graph = _graph()
+    outside = [
+        f"{module} -> {i}"
+        for module in sorted(graph)
+        if not _under(module, "tuned.store")
+        for i in sorted(graph[module])
+        if _under(i, "psycopg")
+    ]
+    assert outside == []
 
 
 def _cycle(edges: Mapping[str, Mapping[str, tuple[str, str]]]) -> list[str] | None:

@@ -92,15 +92,15 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument(
         "--interpreter-max-size",
         type=_positive_int,
-        default=1 << 22,
+        default=EvaluationSettings.interpreter_max_size,
         help="interpreter only: skip shapes whose product of dimensions is "
-        "larger (default: 4194304)",
+        "larger (default: %(default)d)",
     )
     tune.add_argument(
         "--phase-timeout",
         type=float,
-        default=300.0,
-        help="deadline in seconds of each evaluation phase (default: 300)",
+        default=EvaluationSettings.benchmark_timeout_s,
+        help="deadline in seconds of each evaluation phase (default: %(default)g)",
     )
     tune.add_argument(
         "--compile-workers",

@@ -64,6 +64,7 @@ from tuned.evaluation.compile_pool import (
     Precompiled,
     default_compile_workers,
 )
+from tuned.evaluation.evaluator import Evaluator
 from tuned.outcomes import Candidate, EvalResult, Outcome
 from tuned.registry.spec import KernelSpec
 from tuned.search import Campaign, CampaignSummary, Prepared
@@ -341,7 +342,7 @@ class MultiGpuPipeline(CampaignPipeline):
         self,
         *,
         pool: CompilePool,
-        lanes: Sequence[WorkerClient],
+        lanes: Sequence[Evaluator],
         settings: PipelineSettings | None = None,
         interruptible: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
     ) -> None:
@@ -515,7 +516,7 @@ def evaluate_ahead(
     spec: KernelSpec,
     candidates: Iterable[Candidate],
     *,
-    client: WorkerClient,
+    client: Evaluator,
     pool: CompilePool,
     lookahead: int | None = None,
     incumbent: Candidate | None = None,

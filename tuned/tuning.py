@@ -21,6 +21,7 @@ from pathlib import Path
 
 from tuned.errors import BadInputError
 from tuned.evaluation.client import GPU_SPARES, EvaluationSettings, WorkerClient
+from tuned.evaluation.evaluator import Evaluator
 from tuned.evaluation.replay import ReplayClient
 from tuned.registry import KernelSpec, Problem, scan_registry
 from tuned.search import Campaign, CampaignSummary, OnResult, TuneSettings
@@ -120,7 +121,7 @@ def tune_registry(
         fingerprint: dict[str, str] = {}
         campaigns = []
         for spec in specs:
-            own: WorkerClient = client if spec.replay is None else ReplayClient(spec)
+            own: Evaluator = client if spec.replay is None else ReplayClient(spec)
             started = own.start()
             if spec.replay is None or not fingerprint:
                 fingerprint = started  # the worker's, else the first replay's

@@ -8,9 +8,9 @@ import pytest
 
 from tuned.daemon.config import ConfigError, parse_config
 from tuned.errors import BadInputError
-from tuned.llm.ledger import BudgetCaps, Prices
 from tuned.llm.settings import LlmSettings
 from tuned.llm.setup import open_proposer
+from tuned.store.ledger import BudgetCaps, Prices
 
 
 def test_a_full_section_parses(tmp_path: Path) -> None:

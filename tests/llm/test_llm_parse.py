@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from tests.conftest import ADD_SOURCE
-from tuned.llm.ledger import estimate_prompt_tokens
 from tuned.llm.parse import parse_reply
 from tuned.llm.prompts import Attempt, PromptContext, bottleneck, build_messages
+from tuned.store.ledger import estimate_prompt_tokens
 
 BLOCK = f"```python\n{ADD_SOURCE}```"
 

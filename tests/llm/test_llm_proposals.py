@@ -14,14 +14,14 @@ import pytest
 from tests.conftest import ADD_SOURCE, ADD_YAML
 from tests.llm.chat_server import ChatServer, Step, error, fenced, reply
 from tuned.evaluation import EvaluationSettings, WorkerClient
-from tuned.llm.attempts import AttemptLog
-from tuned.llm.ledger import BudgetCaps
 from tuned.llm.settings import LlmSettings
 from tuned.llm.setup import open_proposer
 from tuned.outcomes import Outcome, Provenance
 from tuned.registry import KernelSpec, load_entry
 from tuned.search import Campaign, TuneSettings
 from tuned.store import SqliteStore
+from tuned.store.ledger import BudgetCaps
+from tuned.store.llm_attempts import AttemptLog
 
 #: The same kernel with a better block size written into the source: 3 programs instead of
 #: 12 at N=3000, several times faster in the interpreter.

@@ -23,7 +23,6 @@ from tuned.errors import RegistryError
 from tuned.evaluation import EvaluationSettings, WorkerClient
 from tuned.evaluation.reference import baseline_source, choose_impl
 from tuned.llm.gate import check_llm_module
-from tuned.llm.ledger import BudgetCaps
 from tuned.llm.settings import LlmSettings
 from tuned.llm.setup import open_proposer
 from tuned.metrics import StoreCollector
@@ -31,6 +30,7 @@ from tuned.outcomes import Outcome, Provenance
 from tuned.registry import KernelSpec, load_entry
 from tuned.search import Campaign, TuneSettings
 from tuned.store import SqliteStore
+from tuned.store.ledger import BudgetCaps
 
 #: A deliberately slow reference (a Python loop over elements), so that the interpreted
 #: Triton module, one program of 1024 lanes, beats it on this CPU.

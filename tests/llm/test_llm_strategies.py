@@ -17,9 +17,7 @@ from policies import HierarchicalPolicy
 from tests.conftest import ADD_SOURCE, ADD_YAML
 from tests.llm.chat_server import ChatServer, Step, reply
 from tuned.evaluation import EvaluationSettings, WorkerClient
-from tuned.llm.attempts import AttemptLog
 from tuned.llm.budget import budget_report
-from tuned.llm.ledger import BudgetCaps
 from tuned.llm.proposed import DraftStrategy, duplicate_of, normalize_name, parse_strategies
 from tuned.llm.proposer import LlmProposer, ParentInfo
 from tuned.llm.settings import LlmSettings
@@ -29,6 +27,8 @@ from tuned.outcomes import Candidate, Provenance
 from tuned.registry import KernelSpec, load_entry
 from tuned.search import Campaign, TuneSettings
 from tuned.store import SqliteStore
+from tuned.store.ledger import BudgetCaps
+from tuned.store.llm_attempts import AttemptLog
 
 SPLIT = {
     "name": "Two-pass split reduction",

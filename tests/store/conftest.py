@@ -30,6 +30,7 @@ from tests.conftest import ADD_SOURCE, ADD_YAML, WriteEntry
 from tests.daemon.conftest import NotifySocket, free_port
 from tuned.registry import KernelSpec, load_entry
 from tuned.store import Store, open_store
+from tuned.store.outbox import OutboxStore
 
 ENGINES = ("sqlite", "postgresql")
 
@@ -157,22 +158,36 @@ def postgres_url(postgres_server: PostgresServer) -> str:
     return postgres_server.new_database()
 
 
-@pytest.fixture(params=ENGINES)
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+@pytest.fixture(params=(*ENGINES, "outbox"))
+def engine(request: pytest.FixtureRequest) -> str:
+    """Each engine; ``outbox``: the fleet store with its outbox (:class:`OutboxStore`) over a
+    reachable PostgreSQL server, which only tests through :func:`open_any` get."""
+    if request.param == "outbox" and "open_any" not in request.fixturenames:
+        pytest.skip("the outbox engine is tested through open_any (its URL is PostgreSQL's)")
+    return str(request.param)
+
+
+@pytest.fixture
+def store_url(engine: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A fresh store of each engine, as a store URL."""
-    if request.param == "sqlite":
+    if engine == "sqlite":
         return f"sqlite:///{(tmp_path / 'ktuned.sqlite').as_posix().lstrip('/')}"
     server: PostgresServer = request.getfixturevalue("postgres_server")
     return server.new_database()
 
 
 @pytest.fixture
-def open_any(store_url: str) -> Iterator[StoreFactory]:
-    """Opens (again) the test's store; every store opened is closed after the test."""
+def open_any(engine: str, store_url: str, tmp_path: Path) -> Iterator[StoreFactory]:
+    """Opens (again) the test's store; every store opened is closed after the test. The
+    outbox engine's stores share one outbox file, as a daemon's restarts do."""
     opened: list[Store] = []
 
     def factory() -> Store:
-        store = open_store(store_url)
+        store: Store
+        if engine == "outbox":
+            store = OutboxStore(store_url, tmp_path / "outbox.sqlite", retry_s=0.0)
+        else:
+            store = open_store(store_url)
         opened.append(store)
         return store
 

@@ -25,8 +25,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.llm.chat_server import ChatServer, Step, reply
 from tests.store.conftest import postgres_server, postgres_url  # noqa: F401
-from tuned.llm.ledger import BudgetCaps, TokenLedger
 from tuned.metrics import LiveStatus, MetricsServer, StoreCollector
+from tuned.store.ledger import BudgetCaps, TokenLedger
 
 ROOT = Path(__file__).resolve().parents[2]
 CAPS = BudgetCaps(total_tokens=1_000_000, daily_tokens=500_000, kernel_tokens=400_000)
@@ -38,9 +38,9 @@ pytestmark = pytest.mark.timeout(180)
 def _box(url: str, base_url: str, box: int, state: str, leave_open: bool) -> None:
     """One box's daemon: ``REQUESTS`` chat requests through the real client, charged to the
     shared ledger; its response cache in its own state directory."""
-    from tuned.llm.cache import ResponseCache
-    from tuned.llm.client import ChatClient
+    from tuned.llm.chat import ChatClient
     from tuned.llm.settings import LlmSettings
+    from tuned.store.llm_cache import ResponseCache
 
     settings = LlmSettings(base_url=base_url, model="m", max_tokens=300, retries=0)
     ledger = TokenLedger(url, caps=CAPS)

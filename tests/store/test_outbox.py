@@ -67,9 +67,10 @@ def test_every_store_method_is_routed() -> None:
     assert OUTBOX_WRITES | REGISTRY_WRITES | OUTBOX_READS | {"close", "checkpoint"} == public
     expected = {
         "acceptances", "best", "best_hardware", "candidate", "case_timings", "changes_since",
-        "claim_counts", "evaluated_fingerprints", "evaluation_totals", "fingerprint",
-        "generation_info", "hardware_token", "held_counts", "incumbent", "invalid_entries",
-        "kernel", "kernel_progress", "kernels", "known_fingerprints", "last_evaluated_at",
+        "claim_counts", "comparisons", "evaluated_fingerprints", "evaluation_totals",
+        "fingerprint", "generation_info", "hardware_token", "held_counts", "incumbent",
+        "invalid_entries", "kernel", "kernel_progress", "kernels", "known_fingerprints",
+        "last_evaluated_at", "measured_speedup",
         "open_claims", "peaks", "policy_state", "profiles", "profiling_attempted",
         "profiling_totals", "rooflines", "source", "stale_bests", "timeline", "trials",
     }  # fmt: skip

@@ -1,6 +1,7 @@
 """The store contract: every engine (SQLite file, real PostgreSQL server) behaves the same.
 
-Each test runs once per engine (``store_url`` is parametrized in conftest.py).
+Each test runs once per engine (``engine`` is parametrized in conftest.py): a SQLite file,
+a real PostgreSQL server, and the fleet's outbox store over that server.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from tuned.errors import StoreError
 from tuned.outcomes import Candidate, EvalResult, Outcome, Provenance
 from tuned.registry import KernelSpec
 from tuned.store import Store
+from tuned.store.outbox import OutboxStore
 
 FP = {"gpu_model": "none", "mode": "interpreter", "triton": "3.9.0"}
 FP2 = {"gpu_model": "none", "mode": "interpreter", "triton": "3.9.1"}
@@ -232,6 +234,8 @@ def test_hardware_feedback(open_any: StoreFactory, spec: KernelSpec) -> None:
 
 def test_a_failed_transaction_saves_nothing(open_any: StoreFactory, spec: KernelSpec) -> None:
     store = open_any()
+    if isinstance(store, OutboxStore):
+        pytest.skip("the outbox store routes whole calls and runs no SQL of its own")
     with (
         pytest.raises(StoreError, match="nothing of this write was saved"),
         store._transaction() as db,

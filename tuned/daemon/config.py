@@ -20,6 +20,7 @@ from policies import DEFAULT_POLICY
 from policies.masks import MaskSettings
 from tuned.config_checks import Check, boolean, number
 from tuned.errors import BadInputError
+from tuned.evaluation.client import EvaluationSettings
 from tuned.llm.settings import LlmSettings, llm_checks
 from tuned.paths import default_state_dir
 from tuned.settings import ProfilingConfig
@@ -102,9 +103,9 @@ class EvaluationConfig:
     (docs/evaluation.md, "Throughput"); ``None`` (``auto``): the cores minus one on a GPU,
     none in the interpreter; ``0``: compile in the GPU worker, one candidate at a time."""
 
-    phase_timeout_s: float = 300.0
-    startup_timeout_s: float = 180.0
-    interpreter_max_size: int = 1 << 22
+    phase_timeout_s: float = EvaluationSettings.benchmark_timeout_s  # defaults: one place
+    startup_timeout_s: float = EvaluationSettings.startup_timeout_s
+    interpreter_max_size: int = EvaluationSettings.interpreter_max_size
     compile_workers: int | None = None
 
 

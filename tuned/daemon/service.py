@@ -33,7 +33,8 @@ from tuned.daemon.scheduler import Scheduler
 from tuned.daemon.signals import SignalGate
 from tuned.daemon.watcher import RegistryChanges, RegistryWatcher
 from tuned.errors import TunedError, WorkerError
-from tuned.evaluation.client import GPU_SPARES, EvaluationSettings, WorkerClient
+from tuned.evaluation.client import GPU_SPARES, EvaluationSettings
+from tuned.evaluation.evaluator import Evaluator
 from tuned.evaluation.replay import ReplayClient
 from tuned.llm.proposer import LlmProposer
 from tuned.llm.setup import open_proposer
@@ -472,7 +473,7 @@ class Daemon:
 
     def _track(self, spec: KernelSpec) -> None:
         assert self._store is not None and self._client is not None
-        client: WorkerClient = self._client
+        client: Evaluator = self._client
         fingerprint = self.fingerprint
         replay = spec.replay is not None
         if replay:  # looked up in its recorded cache, under its own fingerprint

@@ -37,7 +37,6 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from tuned.errors import WorkerError
-from tuned.evaluation.client import WorkerClient
 from tuned.outcomes import Candidate, EvalResult, Outcome
 from tuned.registry.replay import CacheFormatError, Record, RecordedCache, read_cache
 from tuned.registry.spec import KernelSpec, KnobValue, ReplaySource
@@ -63,11 +62,12 @@ def _words(candidate_id: str) -> list[int]:
     return [int(candidate_id[i : i + 8], 16) for i in range(0, len(candidate_id), 8)]
 
 
-class ReplayClient(WorkerClient):
+class ReplayClient:
     """The evaluation client of one replay entry: no worker, no GPU; lookups in its cache.
 
-    It is a :class:`WorkerClient` only by interface (the campaign's seam): it starts no
-    process, and ``close`` has nothing to stop. Not thread-safe, like the worker client.
+    An :class:`~tuned.evaluation.evaluator.Evaluator` (the campaign's seam), with ``admits``:
+    it starts no process, and ``close`` has nothing to stop. Not thread-safe, like the worker
+    client.
     """
 
     def __init__(self, spec: KernelSpec) -> None:

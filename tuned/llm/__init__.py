@@ -3,10 +3,11 @@
 Light to import: the ``openai`` package is only imported when a :class:`ChatClient` is
 created, so a machine without it still tunes parametrically.
 
-* :mod:`tuned.llm.ledger`: the durable token ledger (reserve, settle, caps, recovery);
-* :mod:`tuned.llm.cache`: replies by prompt hash; :mod:`tuned.llm.attempts`: what each
-  request gave;
-* :mod:`tuned.llm.client`: the OpenAI-compatible chat client (retries, back-off, timeouts);
+* what it remembers lives in the store, beside the store's own tables:
+  :mod:`tuned.store.ledger` (the durable token ledger: reserve, settle, caps, recovery),
+  :mod:`tuned.store.llm_cache` (replies by prompt hash) and :mod:`tuned.store.llm_attempts`
+  (what each request gave);
+* :mod:`tuned.llm.chat`: the OpenAI-compatible chat client (retries, back-off, timeouts);
 * :mod:`tuned.llm.prompts`, :mod:`tuned.llm.parse`: the rewrite prompt and reading the reply;
 * :mod:`tuned.llm.gate`: the static gate every LLM-written module passes before running;
 * :mod:`tuned.llm.proposer`: the proposer the campaign calls for LLM arms;
@@ -16,7 +17,7 @@ created, so a machine without it still tunes parametrically.
 
 from __future__ import annotations
 
-from tuned.llm.ledger import BudgetCaps, BudgetExceeded, Prices, TokenLedger, Usage
 from tuned.llm.settings import LlmSettings
+from tuned.store.ledger import BudgetCaps, BudgetExceeded, Prices, TokenLedger, Usage
 
 __all__ = ["BudgetCaps", "BudgetExceeded", "LlmSettings", "Prices", "TokenLedger", "Usage"]

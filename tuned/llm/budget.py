@@ -13,12 +13,12 @@ import time
 from pathlib import Path
 
 from policies.strategies import llm_strategy_name
-from tuned.llm._db import connect_reader
-from tuned.llm.ledger import DAY_S, LedgerDb, open_ledger_reader, read_totals
 from tuned.llm.metrics import attempt_counts
 from tuned.llm.proposed import ProposedStrategy, read_strategies
 from tuned.llm.settings import LlmSettings
 from tuned.store._core import damaged_store_error, is_damage
+from tuned.store.connections import connect_reader
+from tuned.store.ledger import DAY_S, LedgerDb, open_ledger_reader, read_totals
 
 __all__ = ["budget_data", "budget_report"]
 

@@ -44,9 +44,9 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from tuned.llm.attempts import ATTEMPT_STATUSES
-from tuned.llm.ledger import BudgetCaps, read_totals
 from tuned.llm.proposed import STRATEGY_STATUSES, read_strategies
+from tuned.store.ledger import BudgetCaps, read_totals
+from tuned.store.llm_attempts import ATTEMPT_STATUSES, read_attempt_counts
 
 __all__ = ["LLM_TOKEN_KINDS", "attempt_counts", "llm_families"]
 
@@ -62,7 +62,7 @@ def llm_families(
 ) -> Iterator[Metric]:
     """Every LLM family, from ``db`` (``None``: no database yet, all zeros).
 
-    ``totals``: the ledger's :func:`~tuned.llm.ledger.read_totals` when the ledger is not in
+    ``totals``: the ledger's :func:`~tuned.store.ledger.read_totals` when the ledger is not in
     ``db`` (a fleet's shared ledger in PostgreSQL, while the attempt log and the strategy book
     stay in the box's own file); default: read from ``db``.
     """
@@ -151,13 +151,4 @@ def llm_families(
 
 def attempt_counts(db: sqlite3.Connection | None, purpose: str = "rewrite") -> dict[str, int]:
     """Requests of ``purpose`` (``rewrite`` or ``strategy``) by status."""
-    if db is None:
-        return {}
-    try:
-        rows = db.execute(
-            "SELECT status, COUNT(*) FROM llm_attempts WHERE purpose = ? GROUP BY status",
-            (purpose,),
-        ).fetchall()
-    except sqlite3.OperationalError:
-        return {}
-    return {str(s): int(n) for s, n in rows}
+    return {} if db is None else read_attempt_counts(db, purpose)

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from policies.strategies import RESOURCES, Strategy
-from tuned.llm._db import connect
 from tuned.llm.parse import fenced_blocks
+from tuned.store.connections import connect
 
 __all__ = [
     "STRATEGY_STATUSES",
@@ -78,7 +78,7 @@ CREATE TABLE IF NOT EXISTS llm_strategies (
     trigger TEXT NOT NULL,
     attempt_id INTEGER,
     prompt_key TEXT,
-    created_at REAL NOT NULL,
+    created_at {real} NOT NULL,
     PRIMARY KEY (kernel, slot)
 );
 """

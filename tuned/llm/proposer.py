@@ -4,11 +4,11 @@ The campaign calls :meth:`LlmProposer.open_strategies` before each decision (the
 whose LLM arms may be offered to the policy: none when the budget cannot cover one more
 request, when a final API error paused the proposer, or for a replay entry) and
 :meth:`LlmProposer.propose` when the policy chose an LLM arm. ``propose`` builds the prompt
-(:mod:`tuned.llm.prompts`), asks (:mod:`tuned.llm.client`, inside the ledger), parses the
+(:mod:`tuned.llm.prompts`), asks (:mod:`tuned.llm.chat`, inside the ledger), parses the
 reply (:mod:`tuned.llm.parse`) and returns a :class:`~tuned.outcomes.Candidate` with
 provenance ``llm``, the arm's strategy and the parent's knobs; the campaign evaluates it
 through the one evaluation path (the LLM static gate first). Every proposal is recorded in
-the attempt log (:mod:`tuned.llm.attempts`), also when no candidate came out of it.
+the attempt log (:mod:`tuned.store.llm_attempts`), also when no candidate came out of it.
 
 For a reference entry (``kind: reference``) whose parent is its baseline (the PyTorch
 reference), ``propose`` asks for the *first* Triton module instead: the prompt shows the
@@ -30,10 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from policies.strategies import STRATEGIES, Strategy, llm_strategy_name
-from tuned.llm.attempts import AttemptLog
-from tuned.llm.client import ChatClient, LlmError
+from tuned.llm.chat import ChatClient, LlmError
 from tuned.llm.gate import launcher_signature
-from tuned.llm.ledger import BudgetExceeded, TokenLedger
 from tuned.llm.parse import parse_reply
 from tuned.llm.prompts import (
     Attempt,
@@ -52,6 +50,8 @@ from tuned.llm.proposed import (
 from tuned.llm.settings import LlmSettings
 from tuned.outcomes import Candidate, Provenance
 from tuned.registry.spec import KernelSpec, KnobValue
+from tuned.store.ledger import BudgetExceeded, TokenLedger
+from tuned.store.llm_attempts import AttemptLog
 
 __all__ = [
     "LLM_STRATEGIES",

@@ -18,7 +18,7 @@ from typing import Any
 
 from tuned.config_checks import Check, boolean, number
 from tuned.errors import BadInputError
-from tuned.llm.ledger import BudgetCaps, Prices
+from tuned.store.ledger import BudgetCaps, Prices
 
 __all__ = ["DEFAULT_CAPS", "LlmSettings", "llm_checks", "resolve_api_key"]
 

@@ -12,13 +12,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from tuned.errors import BadInputError
-from tuned.llm.attempts import AttemptLog
-from tuned.llm.cache import ResponseCache
-from tuned.llm.client import ChatClient, LlmUnavailable
-from tuned.llm.ledger import TokenLedger
+from tuned.llm.chat import ChatClient, LlmUnavailable
 from tuned.llm.proposed import StrategyBook
 from tuned.llm.proposer import LlmProposer
 from tuned.llm.settings import LlmSettings, resolve_api_key
+from tuned.store.ledger import TokenLedger
+from tuned.store.llm_attempts import AttemptLog
+from tuned.store.llm_cache import ResponseCache
 
 __all__ = ["open_proposer"]
 

@@ -30,8 +30,6 @@ from prometheus_client.registry import Collector
 
 from tuned import __version__
 from tuned.errors import StoreError
-from tuned.llm._db import connect_reader
-from tuned.llm.ledger import BudgetCaps, LedgerDb, open_ledger_reader, read_totals
 from tuned.llm.metrics import llm_families
 from tuned.metrics.live import (
     DAEMON_STATES,
@@ -43,6 +41,8 @@ from tuned.metrics.live import (
 from tuned.metrics.watermarks import LaggedWatermark
 from tuned.store.api import Store
 from tuned.store.base import EvaluationTotals, KernelProgress
+from tuned.store.connections import connect_reader
+from tuned.store.ledger import BudgetCaps, LedgerDb, open_ledger_reader, read_totals
 from tuned.store.overview import kernel_overview
 from tuned.store.sqlite import SqliteStore
 from tuned.store.url import open_store, sqlite_path

@@ -27,7 +27,7 @@ from policies.masks import MaskSettings
 from tuned.acceptance import (
     AcceptanceSettings,
 )
-from tuned.evaluation.client import WorkerClient
+from tuned.evaluation.evaluator import Evaluator
 from tuned.outcomes import Candidate, EvalResult, Outcome, Provenance
 from tuned.profiling import HardwareFeedback, merge_metrics
 from tuned.registry.spec import KernelSpec, KnobValue
@@ -87,7 +87,7 @@ class CampaignBase:
         *,
         spec: KernelSpec,
         store: Store,
-        client: WorkerClient,
+        client: Evaluator,
         fingerprint: str,
         settings: TuneSettings,
         on_result: OnResult | None = None,
@@ -282,7 +282,7 @@ class CampaignBase:
         incumbent = self.store.incumbent(self.spec.name, self.spec.generation, self.fingerprint)
         baseline = next((t for t in trials.values() if t.provenance is Provenance.ORIGINAL), None)
         wanted.append(incumbent or (baseline.candidate_id if baseline else ""))
-        if isinstance(self._policy, HierarchicalPolicy):
+        if self._policy is not None:
             wanted += self._policy.representatives().values()
         rows = [trials[cid] for cid in dict.fromkeys(wanted) if cid in trials]
         self.hardware.refresh(self.spec, self.fingerprint, rows)

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 import numpy as np
 
 from policies import (
-    HierarchicalPolicy,
     Suggestion,
     propose_batch,
 )
@@ -87,7 +86,7 @@ class Campaign(SpeculatingCampaign):
         rng = np.random.default_rng([self.settings.seed, len(trials)])
         space = self._space(trials)
         known = self.hardware.metrics(self.spec) if self.hardware is not None else {}
-        if known and isinstance(self._policy, HierarchicalPolicy):
+        if known:
             self._policy.update_metrics(known)  # profiles taken since the trials were read
         policy_trials = [as_policy_trial(t, known.get(t.candidate_id)) for t in trials]
         self._offer_llm_arms(trials=trials, known=known)
@@ -115,15 +114,7 @@ class Campaign(SpeculatingCampaign):
         if not self._claim(candidate, suggestion):
             return self.step()  # another process took it a moment ago: it is pending now
         row = self.evaluate(candidate)
-        self._policy.observe(suggestion, as_policy_trial(row))
-        self.store.save_policy_state(
-            self.spec.name,
-            self.spec.generation,
-            self.fingerprint,
-            self.settings.policy,
-            self._policy.to_dict(),
-        )
-        self._hardware_feedback()
+        self.observe(suggestion, row)  # credit the policy, save its state, profiles
         return row
 
     def run(self) -> CampaignSummary:
@@ -182,7 +173,7 @@ class Campaign(SpeculatingCampaign):
             self._policy = self._load_policy()
         rng = np.random.default_rng([self.settings.seed, len(trials), len(pending)])
         known = self.hardware.metrics(self.spec) if self.hardware is not None else {}
-        if known and isinstance(self._policy, HierarchicalPolicy):
+        if known:
             self._policy.update_metrics(known)
         policy_trials = [as_policy_trial(t, known.get(t.candidate_id)) for t in trials]
         self._offer_llm_arms(trials=trials, known=known)

@@ -19,7 +19,7 @@ from tuned.acceptance import (
     speedup_interval,
     speedup_point,
 )
-from tuned.evaluation.client import WorkerClient
+from tuned.evaluation.evaluator import Evaluator
 from tuned.llm.gate import gate_result
 from tuned.outcomes import Candidate, EvalResult, Outcome, Provenance
 from tuned.profiling import case_label
@@ -44,7 +44,7 @@ class Prepared:
     started_at: float = 0.0  # time.time() when measured
     wall_s: float = 0.0
 
-    def measure(self, client: WorkerClient) -> EvalResult:
+    def measure(self, client: Evaluator) -> EvalResult:
         self.started_at = time.time()
         t0 = time.monotonic()
         result = self.gate or client.evaluate(
@@ -102,7 +102,7 @@ class JudgingCampaign(CampaignBase):
         return self._prepared(candidate, incumbent, phases=phases)
 
     def finish(
-        self, prepared: Prepared, result: EvalResult, *, client: WorkerClient | None = None
+        self, prepared: Prepared, result: EvalResult, *, client: Evaluator | None = None
     ) -> TrialRow:
         """Store the measured ``result`` and apply the acceptance rule; a re-measurement
         runs on ``client`` (the worker of the GPU that measured it; default: the campaign's)."""
@@ -177,7 +177,7 @@ class JudgingCampaign(CampaignBase):
         return []
 
     def _judge(
-        self, candidate: Candidate, incumbent: Candidate, result: EvalResult, client: WorkerClient
+        self, candidate: Candidate, incumbent: Candidate, result: EvalResult, client: Evaluator
     ) -> None:
         first = _interval(result, self.acceptance, self.settings.seed)
         if first is None:
@@ -209,7 +209,7 @@ class JudgingCampaign(CampaignBase):
         if status == "accepted" and incumbent.provenance is not Provenance.ORIGINAL:
             self._versus_original(candidate, client)
 
-    def _versus_original(self, candidate: Candidate, client: WorkerClient) -> None:
+    def _versus_original(self, candidate: Candidate, client: Evaluator) -> None:
         """Time a best accepted against an earlier best against the original too, twice: the
         speedup every display shows (:mod:`tuned.store.speedups`) and its per-shape claims
         (:mod:`tuned.runtime.confirmed`) then rest on side-by-side measurements against the

@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from policies import (
-    HierarchicalPolicy,
     Suggestion,
 )
 from policies.strategies import llm_base_strategy
@@ -29,7 +28,7 @@ class ProposingCampaign(ClaimingCampaign):
         """Tell the policy which LLM arms are open: none without an LLM, when masked, or
         when the proposer cannot afford a request (the token budget is spent). With
         ``trials``, first ask the LLM for new strategies when that is due (docs/llm.md)."""
-        if isinstance(self._policy, HierarchicalPolicy):
+        if self._policy is not None and self._policy.llm_arms:
             if not masked and self.llm is not None and trials is not None:
                 self._refresh_strategies(trials, known or {})
             offered = () if masked or self.llm is None else self.llm.open_strategies(self.spec)

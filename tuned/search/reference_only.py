@@ -8,6 +8,8 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import replace
 
+from tuned.errors import WorkerError
+from tuned.evaluation.client import WorkerClient
 from tuned.search.judging import JudgingCampaign
 from tuned.store.base import TrialRow
 
@@ -47,10 +49,16 @@ class ReferenceOnlyCampaign(JudgingCampaign):
         ``torch.compile`` (:mod:`tuned.evaluation.reference`), and record it as the original."""
         from tuned.evaluation.reference import baseline_source, measure_reference
 
-        s = self.client.settings
+        client = self.client
+        if not isinstance(client, WorkerClient):  # a worker's settings and directory
+            raise WorkerError(
+                f"{self.spec.name}: a reference entry's baseline is measured by a worker, and "
+                f"this campaign's evaluator is a {type(client).__name__}; tune it with a worker"
+            )
+        s = client.settings
         result, wall = measure_reference(
             self.spec,
-            workdir=self.client.workdir.parent / "reference",
+            workdir=client.workdir.parent / "reference",
             interpreter=s.interpreter,
             seeds=s.seeds,
             interpreter_max_size=s.interpreter_max_size,

@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.store.conftest import postgres_server, postgres_url  # noqa: F401
-from tuned.llm.ledger import DAY_S, BudgetCaps, BudgetExceeded, TokenLedger, Usage
+from tuned.store.ledger import DAY_S, BudgetCaps, BudgetExceeded, TokenLedger, Usage
 
 CAPS = BudgetCaps(total_tokens=6000, daily_tokens=4000, kernel_tokens=3500)
 
@@ -76,7 +75,7 @@ def _box(url: str, seed: int, start: Any, out: Any) -> None:
 
 
 def test_boxes_racing_on_one_postgresql_ledger_never_exceed_a_cap(
-    postgres_url: str,  # noqa: F811
+    postgres_url: str,
 ) -> None:
     TokenLedger(postgres_url, caps=RACE_CAPS).close()  # creates the llm_* tables
     ctx = multiprocessing.get_context("spawn")
@@ -122,7 +121,7 @@ def test_the_sqlite_ledger_is_unchanged_by_a_postgres_url_elsewhere(tmp_path: Pa
 
 
 def test_a_fleet_daemon_s_proposer_reserves_in_the_shared_ledger(
-    postgres_url: str,  # noqa: F811
+    postgres_url: str,
     tmp_path: Path,
 ) -> None:
     """The daemon passes its PostgreSQL store to open_proposer: the caps are the fleet's,

@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuned.llm._db import connect
+from tuned.store.connections import connect
 
-__all__ = ["ATTEMPT_STATUSES", "AttemptLog", "AttemptRow"]
+__all__ = ["ATTEMPT_STATUSES", "AttemptLog", "AttemptRow", "read_attempt_counts"]
 
 #: Every status an attempt can end in (bounded: a metric label).
 ATTEMPT_STATUSES = (
@@ -35,7 +35,7 @@ ATTEMPT_STATUSES = (
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS llm_attempts (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    id {serial},
     kernel TEXT NOT NULL,
     generation TEXT NOT NULL,
     purpose TEXT NOT NULL,
@@ -47,7 +47,7 @@ CREATE TABLE IF NOT EXISTS llm_attempts (
     prompt_key TEXT,
     tokens INTEGER NOT NULL,
     cached INTEGER NOT NULL,
-    created_at REAL NOT NULL
+    created_at {real} NOT NULL
 );
 CREATE INDEX IF NOT EXISTS llm_attempts_by_kernel ON llm_attempts (kernel, generation);
 """
@@ -175,11 +175,7 @@ class AttemptLog:
     def counts(self, purpose: str = "rewrite") -> dict[str, int]:
         """Attempts of ``purpose`` (``rewrite`` or ``strategy``) by status (``ktuned budget``)."""
         with self._lock:
-            rows = self._db.execute(
-                "SELECT status, COUNT(*) FROM llm_attempts WHERE purpose = ? GROUP BY status",
-                (purpose,),
-            ).fetchall()
-        return {str(s): int(n) for s, n in rows}
+            return read_attempt_counts(self._db, purpose)
 
     def rewrites_since_strategy_request(self, kernel: str) -> list[str | None]:
         """Candidate ids (``None``: the reply gave none) of the rewrite requests made for
@@ -210,3 +206,16 @@ class AttemptLog:
             except sqlite3.OperationalError:  # no store tables in this file
                 return False
         return row is not None
+
+
+def read_attempt_counts(db: sqlite3.Connection, purpose: str = "rewrite") -> dict[str, int]:
+    """Attempts of ``purpose`` by status, from any connection to the database (a read-only
+    one for ``/metrics``); none when the log was never created."""
+    try:
+        rows = db.execute(
+            "SELECT status, COUNT(*) FROM llm_attempts WHERE purpose = ? GROUP BY status",
+            (purpose,),
+        ).fetchall()
+    except sqlite3.OperationalError:  # no log in this file yet
+        return {}
+    return {str(s): int(n) for s, n in rows}

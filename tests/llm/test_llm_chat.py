@@ -12,10 +12,10 @@ import pytest
 
 from tests.daemon.conftest import free_port
 from tests.llm.chat_server import ChatServer, Step, error, reply
-from tuned.llm.cache import ResponseCache
-from tuned.llm.client import ChatClient, LlmError, LlmUnavailable
-from tuned.llm.ledger import BudgetCaps, BudgetExceeded, TokenLedger, estimate_prompt_tokens
+from tuned.llm.chat import ChatClient, LlmError, LlmUnavailable
 from tuned.llm.settings import LlmSettings, resolve_api_key
+from tuned.store.ledger import BudgetCaps, BudgetExceeded, TokenLedger, estimate_prompt_tokens
+from tuned.store.llm_cache import ResponseCache
 
 MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
 RESERVED = estimate_prompt_tokens(MESSAGES) + 64

@@ -1,4 +1,9 @@
-"""The token ledger: caps hold under any interleaving, across crashes, threads and processes."""
+"""The token ledger: caps hold under any interleaving, across crashes, threads and processes.
+
+The request-cycle tests run over every engine (a SQLite file, a real PostgreSQL server: the
+``location`` fixture); the state machine and the process races run on SQLite here, on
+PostgreSQL in test_ledger_postgres.py.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +25,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from tuned.llm.ledger import (
+from tests.store.conftest import ENGINES, PostgresServer
+from tuned.store.ledger import (
     DAY_S,
     BudgetCaps,
     BudgetExceeded,
@@ -29,10 +35,20 @@ from tuned.llm.ledger import (
     TokenLedger,
     Usage,
     estimate_prompt_tokens,
+    open_ledger_reader,
     read_totals,
 )
 
 CAPS = BudgetCaps(total_tokens=5000, daily_tokens=2500, kernel_tokens=3000)
+
+
+@pytest.fixture(params=ENGINES)
+def location(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """Where a ledger lives, for each engine: a SQLite file or a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return tmp_path / "s.sqlite"
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    return server.new_database()
 
 
 def check_caps(path: Path, caps: BudgetCaps) -> None:
@@ -160,8 +176,8 @@ def test_ledger_machine(tmp_path: Path) -> None:
     )
 
 
-def test_refusal_names_the_scope_and_reserves_nothing(tmp_path: Path) -> None:
-    ledger = TokenLedger(tmp_path / "s.sqlite", caps=BudgetCaps(10_000, 4000, 1500))
+def test_refusal_names_the_scope_and_reserves_nothing(location: Path | str) -> None:
+    ledger = TokenLedger(location, caps=BudgetCaps(10_000, 4000, 1500))
     r = ledger.reserve(kernel="a", prompt_estimate=500, max_tokens=900, model="m")
     with pytest.raises(BudgetExceeded) as info:
         ledger.reserve(kernel="a", prompt_estimate=50, max_tokens=100, model="m")
@@ -174,10 +190,10 @@ def test_refusal_names_the_scope_and_reserves_nothing(tmp_path: Path) -> None:
     assert len(ledger.rows()) == 3
 
 
-def test_the_daily_window_rolls(tmp_path: Path) -> None:
+def test_the_daily_window_rolls(location: Path | str) -> None:
     now = [0.0]
     ledger = TokenLedger(
-        tmp_path / "s.sqlite", caps=BudgetCaps(100_000, daily_tokens=1000), clock=lambda: now[0]
+        location, caps=BudgetCaps(100_000, daily_tokens=1000), clock=lambda: now[0]
     )
     r = ledger.reserve(kernel="a", prompt_estimate=0, max_tokens=1000, model="m")
     ledger.settle(r, None)
@@ -188,8 +204,8 @@ def test_the_daily_window_rolls(tmp_path: Path) -> None:
     ledger.reserve(kernel="a", prompt_estimate=0, max_tokens=1000, model="m")
 
 
-def test_missing_usage_and_prices(tmp_path: Path) -> None:
-    ledger = TokenLedger(tmp_path / "s.sqlite", caps=CAPS, prices=Prices(2.0, 10.0))
+def test_missing_usage_and_prices(location: Path | str) -> None:
+    ledger = TokenLedger(location, caps=CAPS, prices=Prices(2.0, 10.0))
     r = ledger.reserve(kernel="a", prompt_estimate=100, max_tokens=200, model="m")
     assert ledger.settle(r, None) == 300
     r2 = ledger.reserve(kernel="a", prompt_estimate=100, max_tokens=200, model="m")
@@ -198,24 +214,26 @@ def test_missing_usage_and_prices(tmp_path: Path) -> None:
     assert rows[r.id]["prompt_tokens"] is None and rows[r.id]["charged"] == 300
     assert "usage not reported" in rows[r.id]["note"]
     assert rows[r2.id]["cost_usd"] == pytest.approx((80 * 2.0 + 20 * 10.0) / 1e6)
-    db = sqlite3.connect(tmp_path / "s.sqlite")
+    db = open_ledger_reader(location)
+    assert db is not None
     totals = read_totals(db)
+    db.close()
     assert (totals["prompt"], totals["completion"], totals["unreported"]) == (80, 20, 300)
 
 
-def test_an_open_reservation_of_a_live_process_is_left_alone(tmp_path: Path) -> None:
+def test_an_open_reservation_of_a_live_process_is_left_alone(location: Path | str) -> None:
     """Two daemons on one state dir: opening the second must not settle the first's."""
-    a = TokenLedger(tmp_path / "s.sqlite", caps=CAPS)
+    a = TokenLedger(location, caps=CAPS)
     r = a.reserve(kernel="a", prompt_estimate=10, max_tokens=10, model="m")
-    b = TokenLedger(tmp_path / "s.sqlite", caps=CAPS)
+    b = TokenLedger(location, caps=CAPS)
     assert b.recover() == 0
     assert a.settle(r, Usage(5, 5)) == 10
     # A reservation older than any request can take is charged even if its owner looks alive.
     now = [1e9]
-    c = TokenLedger(tmp_path / "s.sqlite", caps=CAPS, clock=lambda: now[0])
+    c = TokenLedger(location, caps=CAPS, clock=lambda: now[0])
     r2 = c.reserve(kernel="a", prompt_estimate=10, max_tokens=10, model="m")
     now[0] += 7 * 3600
-    d = TokenLedger(tmp_path / "s.sqlite", caps=CAPS, clock=lambda: now[0])
+    d = TokenLedger(location, caps=CAPS, clock=lambda: now[0])
     assert d.recover() == 0 and {row["id"]: row["state"] for row in d.rows()}[r2.id] == "crashed"
 
 
@@ -303,7 +321,7 @@ def test_a_killed_process_reservation_is_charged_in_full(tmp_path: Path) -> None
     path = tmp_path / "s.sqlite"
     code = (
         "import sys, time; from pathlib import Path\n"
-        "from tuned.llm.ledger import BudgetCaps, TokenLedger\n"
+        "from tuned.store.ledger import BudgetCaps, TokenLedger\n"
         f"led = TokenLedger(Path({str(path)!r}), caps=BudgetCaps(5000))\n"
         "r = led.reserve(kernel='a', prompt_estimate=300, max_tokens=700, model='m')\n"
         "print(r.id, flush=True); time.sleep(600)\n"

@@ -46,8 +46,8 @@ from pathlib import Path
 from typing import Any
 
 from tuned.errors import StoreError, TunedError
-from tuned.llm._db import SharedDb, connect, connect_reader, is_postgres_url
 from tuned.store._core import is_damage
+from tuned.store.connections import SharedDb, connect, connect_reader, is_postgres_url
 
 __all__ = [
     "DAY_S",
@@ -77,7 +77,7 @@ MESSAGE_OVERHEAD_TOKENS = 16
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS llm_ledger (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    id {serial},
     kernel TEXT NOT NULL,
     purpose TEXT NOT NULL,
     model TEXT NOT NULL,
@@ -89,10 +89,10 @@ CREATE TABLE IF NOT EXISTS llm_ledger (
     prompt_tokens INTEGER,
     completion_tokens INTEGER,
     charged INTEGER,
-    cost_usd REAL,
+    cost_usd {real},
     note TEXT NOT NULL DEFAULT '',
-    created_at REAL NOT NULL,
-    settled_at REAL
+    created_at {real} NOT NULL,
+    settled_at {real}
 );
 CREATE INDEX IF NOT EXISTS llm_ledger_by_time ON llm_ledger (created_at);
 CREATE INDEX IF NOT EXISTS llm_ledger_by_kernel ON llm_ledger (kernel);
@@ -101,7 +101,8 @@ CREATE INDEX IF NOT EXISTS llm_ledger_open ON llm_ledger (state);
 
 
 def ledger_schema() -> str:
-    """The ``CREATE`` statements of the ledger's tables (idempotent)."""
+    """The ``CREATE`` statements of the ledger's tables (idempotent), a template the
+    store's dialects render (:meth:`~tuned.store.dialect.Dialect.ddl`)."""
     return _SCHEMA
 
 

@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuned.llm._db import connect
-from tuned.llm.ledger import Usage
+from tuned.store.connections import connect
+from tuned.store.ledger import Usage
 
 __all__ = ["CachedReply", "ResponseCache", "prompt_key"]
 
@@ -29,7 +29,7 @@ CREATE TABLE IF NOT EXISTS llm_cache (
     finish_reason TEXT,
     prompt_tokens INTEGER,
     completion_tokens INTEGER,
-    created_at REAL NOT NULL
+    created_at {real} NOT NULL
 );
 """
 

@@ -1,9 +1,15 @@
-"""Opening the LLM tables' own connection: the store's SQLite file, or (fleet mode, the
-token ledger only) the fleet's PostgreSQL store through :class:`SharedDb`."""
+"""Connections of their own to the store's database, for the tables kept beside the store's
+(the LLM's token ledger, response cache, attempt log and strategy book): the store's SQLite
+file, or (fleet mode, the token ledger only) the fleet's PostgreSQL store through
+:class:`SharedDb`.
+
+Their schemas are templates in the store's spelling (``{serial}``, ``{real}``: see
+:class:`~tuned.store.dialect.Dialect`), and their statements use ``?`` placeholders; the
+store's dialects render both, so these tables follow the same SQL rules as the store's own.
+"""
 
 from __future__ import annotations
 
-import re
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -11,19 +17,21 @@ from pathlib import Path
 from typing import Any
 
 from tuned.errors import StoreError
+from tuned.store.dialect import POSTGRES, SQLITE
 
 __all__ = ["SharedDb", "connect", "connect_reader", "is_postgres_url"]
 
 
 def connect(path: Path, schema: str, *, what: str) -> sqlite3.Connection:
-    """A writable connection (WAL, ``synchronous=FULL``) with ``schema`` created if missing."""
+    """A writable connection (WAL, ``synchronous=FULL``) with ``schema`` (a template, see the
+    module's docstring) created if missing."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         db = sqlite3.connect(str(path), timeout=60.0, isolation_level=None, check_same_thread=False)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=FULL")
         db.execute("PRAGMA busy_timeout=60000")
-        db.executescript(f"BEGIN IMMEDIATE; {schema} COMMIT;")
+        db.executescript(f"BEGIN IMMEDIATE; {SQLITE.ddl(schema)} COMMIT;")
     except (sqlite3.Error, OSError) as exc:
         raise StoreError(
             f"cannot open the {what} in {path}: {exc}; check the state directory's "
@@ -64,7 +72,7 @@ class SharedDb:
 
     One psycopg connection in autocommit mode; :meth:`transaction` opens a transaction that
     first takes ``lock`` (``LOCK TABLE ...``), so writers serialize as SQLite's
-    ``BEGIN IMMEDIATE`` serializes them on one box. ``schema`` (SQLite spelling) is created
+    ``BEGIN IMMEDIATE`` serializes them on one box. ``schema`` (a template) is created
     under an advisory lock, so boxes starting together create it once; ``None``: a reader
     (``/metrics``, ``ktuned budget``) that writes nothing, not even the tables.
     ``connect_timeout_s``: how long connecting may take (``None``: libpq's default).
@@ -94,8 +102,9 @@ class SharedDb:
             if schema is not None:
                 with self._conn.transaction():
                     self._conn.execute(f"SELECT pg_advisory_xact_lock({_SCHEMA_LOCK})")
-                    for statement in _postgres_schema(schema):
-                        self._conn.execute(statement)
+                    for statement in POSTGRES.ddl(schema).split(";"):
+                        if statement.strip():
+                            self._conn.execute(statement)
         except psycopg.Error as exc:
             raise StoreError(
                 f"cannot open the {what} in {self.location}: {exc}; check that PostgreSQL "
@@ -104,7 +113,7 @@ class SharedDb:
 
     def execute(self, sql: str, args: Sequence[Any] = ()) -> Any:
         """Run one statement (``?`` placeholders); its psycopg cursor."""
-        return self._conn.execute(sql.replace("%", "%%").replace("?", "%s"), tuple(args))
+        return self._conn.execute(POSTGRES.sql(sql), tuple(args))
 
     @contextmanager
     def transaction(self, lock: str) -> Iterator[SharedDb]:
@@ -124,10 +133,3 @@ class SharedDb:
 
     def close(self) -> None:
         self._conn.close()
-
-
-def _postgres_schema(schema: str) -> list[str]:
-    """SQLite ``CREATE`` statements of the LLM tables in PostgreSQL's spelling."""
-    text = schema.replace("INTEGER PRIMARY KEY AUTOINCREMENT", "BIGSERIAL PRIMARY KEY")
-    text = re.sub(r"\bREAL\b", "DOUBLE PRECISION", text)
-    return [s.strip() for s in text.split(";") if s.strip()]

@@ -6,9 +6,9 @@ retries are off: each HTTP attempt is one ledger reservation, so this module ret
 
 One :meth:`ChatClient.complete`:
 
-1. a cached reply to the very same question is returned at no cost (:mod:`tuned.llm.cache`);
+1. a cached reply to the very same question is returned at no cost (:mod:`tuned.store.llm_cache`);
 2. otherwise each attempt reserves ``prompt estimate + max_tokens`` (refused:
-   :class:`~tuned.llm.ledger.BudgetExceeded`, nothing sent), sends, and settles:
+   :class:`~tuned.store.ledger.BudgetExceeded`, nothing sent), sends, and settles:
 
    ==============================  ========================  ====================
    what happened                   charged                   then
@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuned.errors import TunedError
-from tuned.llm.cache import CachedReply, ResponseCache, prompt_key
-from tuned.llm.ledger import TokenLedger, Usage, estimate_prompt_tokens
 from tuned.llm.settings import LlmSettings
+from tuned.store.ledger import TokenLedger, Usage, estimate_prompt_tokens
+from tuned.store.llm_cache import CachedReply, ResponseCache, prompt_key
 
 __all__ = ["ChatClient", "ChatReply", "LlmError", "LlmUnavailable", "Message"]
 
@@ -144,7 +144,7 @@ class ChatClient:
         max_tokens: int | None = None,
     ) -> ChatReply:
         """The reply to ``messages``; raises :class:`LlmError` or
-        :class:`~tuned.llm.ledger.BudgetExceeded` (nothing sent). ``max_tokens``: this
+        :class:`~tuned.store.ledger.BudgetExceeded` (nothing sent). ``max_tokens``: this
         request's limit (default ``llm.max_tokens``), reserved and sent alike."""
         s = self.settings
         limit = s.max_tokens if max_tokens is None else max_tokens
