@@ -232,6 +232,9 @@ def main() -> int:
     parser.add_argument("--registry", type=Path, default=REGISTRY)
     parser.add_argument("--budget", type=int, default=3, help="candidates per entry")
     parser.add_argument("--ops", default=None, help="comma-separated entry names (liger-...)")
+    parser.add_argument(
+        "--policy", default="hierarchical", help="the tuning policy (ktuned's default)"
+    )
     parser.add_argument("--state-dir", type=Path, default=None)
     parser.add_argument("--smoke", action="store_true", help="CPU interpreter, tiny shapes")
     parser.add_argument(
@@ -266,7 +269,7 @@ def main() -> int:
             entry,
             store=store,
             state_dir=state,
-            settings=TuneSettings(budget=args.budget, policy="random"),
+            settings=TuneSettings(budget=args.budget, policy=args.policy),
             evaluation=evaluation,
         )
         summaries += report.summaries
