@@ -255,7 +255,7 @@ def main() -> int:
     store = SqliteStore(state / "ktuned.sqlite")
     evaluation = EvaluationSettings(
         interpreter=args.smoke,
-        interpreter_max_size=SMOKE_CAP if args.smoke else EvaluationSettings().interpreter_max_size,
+        interpreter_max_size=SMOKE_CAP if args.smoke else EvaluationSettings(interpreter=False).interpreter_max_size,
     )
     summaries: list[Any] = []
     fp: dict[str, str] = {}
