@@ -255,7 +255,9 @@ def main() -> int:
     store = SqliteStore(state / "ktuned.sqlite")
     evaluation = EvaluationSettings(
         interpreter=args.smoke,
-        interpreter_max_size=SMOKE_CAP if args.smoke else EvaluationSettings(interpreter=False).interpreter_max_size,
+        interpreter_max_size=SMOKE_CAP
+        if args.smoke
+        else EvaluationSettings(interpreter=False).interpreter_max_size,
     )
     summaries: list[Any] = []
     fp: dict[str, str] = {}
@@ -276,7 +278,10 @@ def main() -> int:
         fp = report.fingerprint or fp
     store.close()
     tuned_wall = time.monotonic() - started
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+    }
     if args.smoke:
         env["TRITON_INTERPRET"] = "1"
     command = [sys.executable, __file__, "--remeasure", "--registry", str(subset)]
