@@ -33,29 +33,44 @@ class Run:
     max_rss_mib: float
 
 
+# Spawns the command and reports its peak memory. ``ru_maxrss`` of a process started straight
+# from pytest counts pytest's own resident set (the high-water mark survives fork and exec),
+# so the command is started by this small launcher, whose own resident set is a few MiB.
+_LAUNCHER = """
+import os, sys
+pid = os.posix_spawn(sys.argv[2], sys.argv[2:], os.environ)
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as f:
+    f.write(str(usage.ru_maxrss))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def ktuned(*args: str | Path, timeout: float = 120) -> Run:
     """``ktuned ARGS`` as a user runs it, with its wall time and peak memory (``wait4``)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+    with (
+        tempfile.TemporaryFile("w+") as out,
+        tempfile.TemporaryFile("w+") as err,
+        tempfile.TemporaryDirectory() as scratch,
+    ):
+        rss = Path(scratch) / "maxrss"
         start = time.monotonic()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tuned.cli", *map(str, args)],
-            stdout=out, stderr=err, text=True, env=env, cwd=ROOT,
+            [sys.executable, "-S", "-c", _LAUNCHER, str(rss),
+             sys.executable, "-m", "tuned.cli", *map(str, args)],
+            stdout=out, stderr=err, text=True, env=env, cwd=ROOT, start_new_session=True,
         )  # fmt: skip
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.monotonic() - start > timeout:
-                proc.kill()
-                os.wait4(proc.pid, 0)
-                raise AssertionError(f"ktuned {args} still running after {timeout} s")
-            time.sleep(0.05)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+            raise AssertionError(f"ktuned {args} still running after {timeout} s") from None
         seconds = time.monotonic() - start
-        proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        return Run(proc.returncode, out.read(), err.read(), seconds, usage.ru_maxrss / 1024)
+        return Run(proc.returncode, out.read(), err.read(), seconds, int(rss.read_text()) / 1024)
 
 
 def no_traceback(run: Run) -> None:

@@ -205,6 +205,9 @@ def test_the_timed_replay_ranks_the_fed_pipeline_ahead_in_simulated_time() -> No
     finally:
         sys.modules.pop("timed_replay", None)
     assert before["found"] is not None and default["found"] is not None
-    assert default["first10"] < 0.8 * before["first10"]
+    # The fed start saves the seconds the GPU waited for compiles (about 1.7 s of ~9 on this
+    # seed). Compared in seconds, not as a ratio: the side-by-side re-measurements against
+    # the original after an acceptance (issue 20) add the same GPU time to both variants.
+    assert before["first10"] - default["first10"] > 1.5
     # The baseline alone costs 1.8 s of the GPU plus a step: nothing comes before it.
     assert default["first10"] > module.GPU_COSTS["baseline"]

@@ -267,7 +267,9 @@ def test_without_an_llm_a_reference_entry_waits_in_needs_llm(
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert cli_main(["status", "--state-dir", str(tmp_path)]) == 0
-    assert "state needs_llm (no LLM is configured" in out.getvalue()
+    row = next(line for line in out.getvalue().splitlines() if line.startswith("axpy"))
+    assert row.split()[1] == "needs_llm", row  # the state column
+    assert "no LLM is configured" in row  # and the reason, on the kernel's row
     # So does /metrics (read from the store).
     registry = CollectorRegistry()
     registry.register(StoreCollector(store.path))
