@@ -45,12 +45,19 @@ from profilers.timing import (  # noqa: E402
     wall_median_seconds,
 )
 from tuned.evaluation.client import EvaluationSettings, kernel_payload  # noqa: E402
+from tuned.pipeline import compile_workers_for  # noqa: E402
 from tuned.registry import scan_registry  # noqa: E402
 from tuned.search import TuneSettings  # noqa: E402
 from tuned.store.sqlite import SqliteStore  # noqa: E402
 from tuned.tuning import tune_registry  # noqa: E402
 
 REGISTRY = ROOT / "examples" / "liger"
+
+
+class _WallLimitReached(Exception):
+    """--wall-limit seconds of tuning have passed: the entries not reached are skipped."""
+
+
 SMOKE_OPS = ("liger-softmax", "liger-rope-fwd-bwd")
 SMOKE_CAP = 1024  # elements: the entries' CPU-size shapes
 
@@ -262,20 +269,45 @@ def main() -> int:
     summaries: list[Any] = []
     fp: dict[str, str] = {}
     skipped: list[str] = []
-    for entry in sorted(p for p in subset.iterdir() if p.is_dir()):
-        if time.monotonic() - started > args.wall_limit:  # keep the run inside its slot
-            skipped.append(entry.name)
-            shutil.rmtree(entry)
-            continue
+    reached: set[str] = set()
+    counts: dict[str, int] = {}
+
+    def on_start(total: int) -> Any:
+        print(f"tuning {len(chosen)} entries, up to {total} evaluations", file=sys.stderr)
+
+        def on_result(spec: Any, candidate: Any, result: Any, summary: Any) -> None:
+            reached.add(spec.directory.name)
+            counts[spec.name] = counts.get(spec.name, 0) + 1
+            print(
+                f"{time.monotonic() - started:7.1f}s {spec.name} #{counts[spec.name]} "
+                f"{candidate.provenance.value} {result.outcome.value} "
+                f"{'' if result.time_s is None else _ms(result.time_s)}",
+                file=sys.stderr,
+            )
+            if time.monotonic() - started > args.wall_limit:
+                raise _WallLimitReached  # what was evaluated is in the store
+
+        return on_result
+
+    # One tuning run over every selected entry, as `ktuned tune` runs a registry: one GPU
+    # worker and its spares, and the compile pool (the CLI's default size), for all entries.
+    try:
         report = tune_registry(
-            entry,
+            subset,
             store=store,
             state_dir=state,
             settings=TuneSettings(budget=args.budget, policy=args.policy),
             evaluation=evaluation,
+            on_start=on_start,
+            compile_workers=compile_workers_for(None, interpreter=args.smoke),
         )
-        summaries += report.summaries
-        fp = report.fingerprint or fp
+        summaries, fp = report.summaries, report.fingerprint or fp
+    except _WallLimitReached:
+        fp = next(iter(store.known_fingerprints().values()), fp)
+        for entry in sorted(p for p in subset.iterdir() if p.is_dir()):
+            if entry.name not in reached:  # never started: out of the re-measurement
+                skipped.append(entry.name)
+                shutil.rmtree(entry)
     store.close()
     tuned_wall = time.monotonic() - started
     env = {
