@@ -163,3 +163,48 @@ def test_a_liger_entry_tunes_copies_of_the_installed_module(tmp_path: Path) -> N
     assert any(t.knobs != spec.baseline_knobs for t in ok)
     assert _sha(installed) == before
     assert {p.name: _sha(p) for p in entry.iterdir() if p.is_file()} == files
+
+
+def test_a_full_dotted_launcher_the_entry_does_not_import_gets_its_knobs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ktuned registry add pkg.mod.Cls.method` writes the full path and no import: the
+    launcher is still found on the import path and its knobs discovered in a copy."""
+    import ast
+
+    assert absolute_path(ast.parse("import torch\n"), "fakeops.kern.Copy.launch") == (
+        "fakeops.kern.Copy.launch"
+    )
+    assert absolute_path(ast.parse("def f(): pass\n"), "f") is None  # no dot: not a path
+    site = tmp_path / "site"
+    site.mkdir()
+    _fake_package(site, 128)
+    monkeypatch.syspath_prepend(str(site))
+    entry = _fake_entry(tmp_path)
+    yaml = (entry / "kernel.yaml").read_text().replace("K.launch", "fakeops.kern.Copy.launch")
+    (entry / "kernel.yaml").write_text(yaml)
+    spec = load_entry(entry)
+    assert spec.installed_module == "fakeops.kern" and spec.launcher == "Copy.launch"
+    assert spec.knobs and set(spec.knobs) <= set(spec.baseline_knobs)
+
+
+def test_an_installed_launcher_that_returns_nothing_needs_outputs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An in-place launcher of an installed package, registered without `outputs:`, is an
+    invalid entry naming the field (never a vacuous pass); with `outputs:` it is valid."""
+    from tuned.errors import RegistryError
+
+    site = tmp_path / "site"
+    site.mkdir()
+    kern = _fake_package(site, 128)
+    kern.write_text(kern.read_text() + "\n\ndef copy_into(x, y):\n    Copy.launch(x)\n")
+    monkeypatch.syspath_prepend(str(site))
+    entry = _fake_entry(tmp_path)
+    yaml = (entry / "kernel.yaml").read_text().replace("K.launch", "fakeops.kern.copy_into")
+    (entry / "kernel.yaml").write_text(yaml)
+    with pytest.raises(RegistryError) as err:
+        load_entry(entry)
+    assert "field 'outputs'" in str(err.value) and "returns nothing" in str(err.value)
+    (entry / "kernel.yaml").write_text(yaml.replace("dtypes:", "outputs: [y]\ndtypes:"))
+    assert load_entry(entry).name == "fake-copy"

@@ -46,29 +46,37 @@ def absolute_path(tree: ast.Module, dotted: str) -> str | None:
     """``dotted`` (a launcher's name in the entry's module) as an absolute dotted path through
     the module's top-level imports: ``F.apply`` after ``from pkg.mod import Fn as F`` is
     ``pkg.mod.Fn.apply``; ``m.f`` after ``import pkg.mod as m`` is ``pkg.mod.f``; a path that
-    starts with an imported package (``pkg.mod.f`` after ``import pkg``) is itself. None when
-    the first name is not bound by an absolute import."""
+    starts with an imported package (``pkg.mod.f`` after ``import pkg``) is itself, and so is
+    a dotted path whose first name the module does not bind at all (``ktuned registry add``
+    writes ``pkg.mod.Fn.apply`` with no import: the worker imports ``pkg``, as
+    :func:`~tuned.registry.launchers.check_paths_bound` allows). None when the first name is
+    bound otherwise (a def, a class, an assignment, a relative import) or there is no dot."""
     head, _, rest = dotted.partition(".")
     tail = f".{rest}" if rest else ""
     found: str | None = None
+    bound = False
     for stmt in tree.body:  # the last binding wins, as at run time
         if isinstance(stmt, ast.ImportFrom) and not stmt.level and stmt.module:
             for alias in stmt.names:
                 if (alias.asname or alias.name) == head:
-                    found = f"{stmt.module}.{alias.name}{tail}"
+                    found, bound = f"{stmt.module}.{alias.name}{tail}", True
         elif isinstance(stmt, ast.Import):
             for alias in stmt.names:
                 if alias.asname == head:
-                    found = f"{alias.name}{tail}"
+                    found, bound = f"{alias.name}{tail}", True
                 elif alias.asname is None and alias.name.split(".")[0] == head:
-                    found = dotted
+                    found, bound = dotted, True
         elif isinstance(stmt, (ast.FunctionDef, ast.ClassDef, ast.Assign)):
             names = [stmt.name] if not isinstance(stmt, ast.Assign) else []
             if isinstance(stmt, ast.Assign):
                 names = [t.id for t in stmt.targets if isinstance(t, ast.Name)]
             if head in names:
-                found = None  # rebound in the entry itself
-    return found
+                found, bound = None, True  # rebound in the entry itself
+        elif isinstance(stmt, ast.ImportFrom) and any(
+            (alias.asname or alias.name) == head for alias in stmt.names
+        ):  # relative: one of the entry's own modules
+            found, bound = None, True
+    return dotted if not bound and rest else found
 
 
 def find_installed(

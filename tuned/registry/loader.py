@@ -223,8 +223,12 @@ def _check_module(
     injected: dict[str, KnobValue] = {}  # discovered knobs written into a generated copy
     if launcher is None:
         installed = None
-        if knobs is None and functions["launcher"] is not None:
+        if functions["launcher"] is not None:
             installed = find_installed(source, functions["launcher"], local)
+        if installed is not None and call is not None and not call.outputs:
+            _check_installed_returns(installed, functions["launcher"] or "", out)
+        if knobs is not None:
+            installed = None  # declared knobs: passed to the launcher, nothing injected
         if installed is not None:  # the copy tuned is the installed module's (installed.py)
             found = discover_source(installed.source, installed.qualname, installed.module)
             space, base, notices = _injected_only(found, installed.path, functions["launcher"])
@@ -263,6 +267,23 @@ def _check_module(
     params = {k: v for k, v in knobs.items() if k not in injected}
     baseline = {**launcher_defaults(launcher, params, module, out), **injected}
     return dict(knobs), baseline, notices, None
+
+
+def _check_installed_returns(installed: InstalledLauncher, launcher: str, out: Problems) -> None:
+    """An installed launcher that returns nothing, in an entry that declares no outputs, is a
+    problem of the entry (there would be nothing to check), as for a launcher of its own."""
+    outline = outline_module(installed.source, installed.path, Problems(installed.path))
+    if outline is None:
+        return  # unreadable here: the worker says so when it imports it
+    fn, _ = launcher_definition(installed.source, outline, installed.qualname)
+    if fn is not None and returns_nothing(fn):
+        out.add(
+            "outputs",
+            f"the launcher {launcher} (line {fn.lineno} of {installed.path}) returns nothing "
+            "and the entry declares no outputs, so there would be nothing to check; if it "
+            "writes its results into arguments, list them, e.g. `outputs: [out]` (parameter "
+            "names or positions), else return the outputs",
+        )
 
 
 def _injected_only(
