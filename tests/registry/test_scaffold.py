@@ -54,6 +54,8 @@ def test_add_writes_an_entry_that_checks_and_runs(tmp_path: Path) -> None:
     check = ktuned("registry", "check", entry, path=tmp_path)
     assert check.returncode == 0, check.stdout + check.stderr
     assert "ok       add:" in check.stdout
+    # the launcher's knobs are found in the user's package (the entry does not import it)
+    assert "knob   BLOCK:" in check.stdout and "knob   num_warps:" in check.stdout, check.stdout
 
     # The original runs in a worker, imported from the user's package, and is the reference.
     state = tmp_path / "state"
@@ -122,3 +124,59 @@ def test_registry_check_prints_the_space(tmp_path: Path) -> None:
     assert check.returncode == 0, check.stdout + check.stderr
     assert "knob   BLOCK: 64, 128, 256, 512, 1024 (baseline 256)" in check.stdout
     assert "knob   num_warps: 1, 2, 4 (baseline 4)" in check.stdout
+
+
+SCALE_MODULE = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _scale(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=m) * 2, mask=m)
+
+
+class Scale(torch.nn.Module):
+    def __init__(self, hidden_size, groups, bias=False):
+        super().__init__()
+        self.hidden_size = hidden_size
+
+    def forward(self, x):
+        y = torch.empty_like(x)
+        BLOCK = min(4096, triton.next_power_of_2(self.hidden_size))
+        _scale[(triton.cdiv(x.numel(), BLOCK),)](x, y, x.numel(), BLOCK=BLOCK)
+        return y
+"""
+
+
+def test_add_fills_a_modules_constructor_arguments(tmp_path: Path) -> None:
+    """An nn.Module launcher: the constructor's size argument becomes `init:` (the last
+    dimension), one it cannot read is a TODO said by add; with it filled, the entry tunes."""
+    package = tmp_path / "usermods"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "scale.py").write_text(SCALE_MODULE)
+    out = tmp_path / "registry"
+    added = ktuned(
+        "registry", "add", "usermods.scale.Scale", "--shape", "M=4,N=96", "--dtype", "float32",
+        "--out", out, path=tmp_path,
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    assert "init.groups" in added.stdout + added.stderr
+    yaml_path = out / "scale" / "kernel.yaml"
+    yaml = yaml_path.read_text()
+    assert "init: {hidden_size: N}" in yaml, yaml
+    yaml_path.write_text(
+        yaml.replace("init: {hidden_size: N}", "init: {hidden_size: N, groups: 1}")
+    )
+    check = ktuned("registry", "check", out / "scale", path=tmp_path)
+    assert check.returncode == 0 and "knob   BLOCK:" in check.stdout, check.stdout + check.stderr
+    state = tmp_path / "state"
+    run = ktuned("tune", out / "scale", "--budget", "2", path=tmp_path, state=state)
+    assert run.returncode == 0, run.stderr
+    status = ktuned("status", path=tmp_path, state=state)
+    row = next(line for line in status.stdout.splitlines() if line.startswith("scale"))
+    assert "original fails" not in row and "none" in row, status.stdout

@@ -232,6 +232,15 @@ def _check_module(
         if installed is not None:  # the copy tuned is the installed module's (installed.py)
             found = discover_source(installed.source, installed.qualname, installed.module)
             space, base, notices = _injected_only(found, installed.path, functions["launcher"])
+            if found is not None and "." not in installed.qualname:
+                # a plain function: its knob parameters are passed as keywords, as a local
+                # launcher's are (baselines: its literal defaults)
+                params = {k: v for k, v in found.knobs.items() if k not in found.sites}
+                outline = outline_module(installed.source, installed.path, out)
+                fn = None if outline is None else outline.functions.get(installed.qualname)
+                if fn is not None and params:
+                    space = {**params, **space}
+                    base = {**launcher_defaults(fn, params, installed.module, out), **base}
             # nothing to write into a copy: the entry runs the installed module itself
             return space, base, notices, installed if space else None
         if knobs is None and functions["launcher"] is not None:

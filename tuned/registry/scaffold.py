@@ -36,6 +36,12 @@ __all__ = ["AddedEntry", "add_entry", "infer_inputs", "parse_shape"]
 STUB_MARK = "TODO(ktuned registry add)"
 _WEIGHT = re.compile(r"^(w|weight|weights|gamma|beta|bias|b|alpha|scale|shift|g)(_.*)?$", re.I)
 _EPS = re.compile(r"eps|epsilon", re.I)
+#: Constructor parameters of a module that mean "the size of the last dimension".
+_HIDDEN = re.compile(
+    r"^(hidden(_size|_dim)?|dim|d_model|embed_dim|n_embd|num_features|normalized_shape|"
+    r"in_features|size|features|head_dim)$",
+    re.I,
+)
 
 
 @dataclass(frozen=True)
@@ -152,6 +158,31 @@ def infer_inputs(
     return lines, todo
 
 
+def infer_init(target: Any, dims: Mapping[str, int]) -> tuple[dict[str, str], list[str]]:
+    """For a class launcher (an ``nn.Module``): the ``init`` mapping of its constructor's
+    required parameters (a dimension's name stands for its size: ``hidden_size`` -> the last
+    dimension), and the parameters it could not infer."""
+    if not isinstance(target, type):
+        return {}, []
+    try:
+        params = list(inspect.signature(target).parameters.values())  # __init__'s, no self
+    except (TypeError, ValueError):
+        return {}, []
+    last = list(dims)[-1]
+    init: dict[str, str] = {}
+    todo: list[str] = []
+    for p in params:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or p.default is not p.empty:
+            continue
+        if p.name in dims:
+            init[p.name] = p.name
+        elif _HIDDEN.match(p.name):
+            init[p.name] = last
+        else:
+            todo.append(f"init.{p.name} (a constructor argument: give its value under init:)")
+    return init, todo
+
+
 def _module_text(
     path: str, params: Sequence[inspect.Parameter], dims: Mapping[str, int]
 ) -> tuple[str, list[str]]:
@@ -234,6 +265,12 @@ def add_entry(
         *rows,
         f"dtypes: [{', '.join(canon)}]",
     ]
+    init, init_todo = infer_init(target, shapes[0])
+    if init:
+        yaml.append("init: {" + ", ".join(f"{k}: {v}" for k, v in init.items()) + "}")
+    if init_todo:
+        todo += init_todo
+        yaml.append("# TODO: the constructor's other required arguments, e.g. init: {name: 4}")
     if writes:
         todo.append("outputs (the launcher returns nothing: list the arguments it writes)")
         yaml.insert(5, "# TODO: the launcher returns nothing; name what it writes, e.g.")
