@@ -81,3 +81,37 @@ def test_status_report_and_metrics_agree(
     assert budget["llm"]["enabled"] is False and budget["requests"] == 0
     assert budget["committed"] == {"total": 0, "daily": 0}
     assert d.stop() == 0
+
+
+def _table(out: str) -> dict[str, dict[str, str]]:
+    """A CLI table (header, dashes, rows) as {kernel: {column: cell}}."""
+    lines = out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("kernel "))
+    header = re.split(r"\s{2,}", lines[at].strip())
+    rows = {}
+    for line in lines[at + 2 :]:
+        if not line.strip() or line.startswith("Times are"):
+            break
+        cells = re.split(r"\s{2,}", line.strip(), maxsplit=len(header) - 1)
+        rows[cells[0]] = dict(zip(header, cells))
+    return rows
+
+
+@pytest.mark.slow
+def test_tune_and_status_name_one_count_one_way(tmp_path: Path, write_entry: WriteEntry) -> None:
+    """`ktuned tune`'s table counts candidates (as --budget does); `evals` in any table is the
+    store's count of evaluations, the same number `status` and /metrics give."""
+    entry = write_entry("small", yaml=SMALL.format(name="small"))
+    state = tmp_path / "state"
+    tuned = _cli(
+        state, "tune", str(entry / "kernel.yaml"), "--budget", "1", "--compile-workers", "0"
+    )
+    status = json.loads(_cli(state, "status", "--json"))
+    [kernel] = status["kernels"]
+    # The baseline and the candidate at least, and the re-measurements of an accepted best.
+    assert kernel["evaluations"] >= 2
+    tune_row = _table(tuned)["small"]
+    assert tune_row.get("candidates") == "1", tuned
+    if "evals" in tune_row:
+        assert tune_row["evals"] == str(kernel["evaluations"]), (tuned, kernel)
+    assert _table(_cli(state, "status"))["small"]["evals"] == str(kernel["evaluations"])
