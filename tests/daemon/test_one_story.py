@@ -115,3 +115,21 @@ def test_tune_and_status_name_one_count_one_way(tmp_path: Path, write_entry: Wri
     if "evals" in tune_row:
         assert tune_row["evals"] == str(kernel["evaluations"]), (tuned, kernel)
     assert _table(_cli(state, "status"))["small"]["evals"] == str(kernel["evaluations"])
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path: Path) -> None:
+    """`ktuned status --json | head`: the closed pipe ends ktuned quietly (status 141)."""
+    (tmp_path / "state").mkdir()
+    ktuned = [sys.executable, "-c", "from tuned.entry import main; raise SystemExit(main())"]
+    proc = subprocess.Popen(
+        [*ktuned, "status", "--json", "--state-dir", str(tmp_path / "state")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+    )
+    assert proc.stdout is not None
+    proc.stdout.close()  # the reader is gone before ktuned writes
+    _, err = proc.communicate(timeout=120)
+    assert b"Traceback" not in err, err.decode()
+    assert proc.returncode == 141
