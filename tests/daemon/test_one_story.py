@@ -133,3 +133,35 @@ def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path: Path) -> None:
     _, err = proc.communicate(timeout=120)
     assert b"Traceback" not in err, err.decode()
     assert proc.returncode == 141
+
+
+def test_registry_check_json_tells_what_its_text_tells(
+    tmp_path: Path, write_entry: WriteEntry
+) -> None:
+    registry = write_entry("small", yaml=SMALL.format(name="small")).parent
+    bad = registry / "bad"
+    bad.mkdir()
+    (bad / "kernel.yaml").write_text("name: bad\nmodule: missing.py\n")
+
+    def check(*flags: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "tuned.cli", "registry", "check", str(registry), *flags],
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    text, as_json = check(), check("--json")
+    assert text.returncode == as_json.returncode == 2  # an invalid entry: exit 2 either way
+    found = json.loads(as_json.stdout)
+    [entry] = found["entries"]
+    assert entry["name"] == "small" and entry["knob_configurations"] == 2
+    assert entry["knobs"] == {"BLOCK": [64, 128], "num_warps": [1]}
+    [(where, problems)] = found["invalid"].items()
+    assert Path(where).name == "bad"
+    assert {p["field"] for p in problems} >= {"module", "launcher"}
+    assert f"{len(found['entries'])} entries ok, {len(found['invalid'])} invalid" in text.stdout
+    for p in problems:
+        assert p["field"] in text.stdout and p["reason"].split(";")[0] in text.stdout
