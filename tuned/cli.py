@@ -136,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     registry_sub = registry.add_subparsers(dest="registry_command", required=True)
     check = registry_sub.add_parser("check", help="validate every entry and print each problem")
     check.add_argument("path", type=Path)
+    check.add_argument("--json", action="store_true", help="print one JSON object")
     add = registry_sub.add_parser(
         "add", help="write an entry for an existing launcher (docs/registry.md, one command)"
     )
@@ -474,6 +475,11 @@ def _registry_check(args: argparse.Namespace) -> int:
     from tuned.registry import format_problems, scan_registry
 
     scan = scan_registry(_entry_path(args.path))
+    if args.json:
+        from tuned.reporting.registry import registry_json
+
+        print(json.dumps(registry_json(scan), indent=2))
+        return EXIT_BAD_INPUT if scan.problems else EXIT_OK
     for spec in scan.entries:
         space = spec.space_size() if spec.knobs else 0
         if spec.replay is not None:

@@ -4,6 +4,7 @@ saying what to install instead of a traceback."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 
@@ -24,6 +25,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tuned.cli import main as cli_main
 
         return cli_main(argv)
+    except BrokenPipeError:
+        # The reader left early (`ktuned status --json | head`): not an error of ktuned's.
+        # Python's recipe: point stdout at /dev/null so the exit's flush does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell reports a command ended by a closed pipe
     except ModuleNotFoundError as exc:
         missing = DAEMON_DEPENDENCIES.get((exc.name or "").partition(".")[0])
         if missing is None:

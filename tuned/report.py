@@ -79,8 +79,10 @@ class Progress:
 
 
 def summary_table(summaries: Sequence[CampaignSummary]) -> str:
-    """The final table: one row per kernel."""
-    header = ("kernel", "baseline", "best", "speedup", "evals", "failures by outcome")
+    """The final table: one row per kernel. ``candidates`` counts what ``--budget`` counts
+    (candidates evaluated besides the baseline); ``evals`` in ``ktuned status``, ``report`` and
+    /metrics is every evaluation in the store (baseline and re-measurements too)."""
+    header = ("kernel", "baseline", "best", "speedup", "candidates", "failures by outcome")
     rows = [header]
     for s in summaries:
         failures = ", ".join(f"{k}={v}" for k, v in s.failures.items()) or "none"

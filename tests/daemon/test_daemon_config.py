@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -100,6 +101,9 @@ def test_every_problem_names_its_key_and_what_is_allowed() -> None:
         assert allowed in line
     assert len(problems) == 10
     assert "test.yaml" in str(info.value)
+    # It names the example that documents every key by a path that exists wherever ktuned is.
+    [example] = re.findall(r"; see (\S+) for every key", str(info.value))
+    assert Path(example).is_file() and Path(example).name == "ktuned.yaml"
 
 
 def test_partial_sections_keep_the_other_defaults(tmp_path: Path) -> None:

@@ -4,7 +4,10 @@ Grafana itself is not packaged for Debian or PyPI, so the JSON is validated agai
 import needs (as grafana.com dashboards do it): one `__inputs` entry of type datasource for
 Prometheus, a `datasource` template variable of type datasource, and every data source
 reference in panels, targets, variables and annotations going through that variable, never
-a fixed uid. Any Prometheus data source, whatever its uid, then serves every panel.
+a fixed uid. Any Prometheus data source, whatever its uid, then serves every panel. An import
+is replayed as Grafana's importer does it (pkg/services/dashboardimport: each `${INPUT}` in any
+string becomes the data source chosen for that input, `__inputs` is dropped) with a uid that
+is neither the default data source's nor `prometheus`.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ def test_every_data_source_goes_through_the_variable() -> None:
     assert panel_types <= {r["id"] for r in dash["__requires"] if r["type"] == "panel"}
     variables = dash["templating"]["list"]
     assert variables[0]["name"] == "datasource" and variables[0]["type"] == "datasource"
-    assert variables[0]["query"] == "prometheus" and variables[0]["current"] == {}
+    assert variables[0]["query"] == "prometheus"
     refs = list(_refs(dash))
     assert len(refs) > 2 * len(dash["panels"])  # panels and their targets, at least
     for where, ref in refs:
@@ -58,6 +61,42 @@ def test_every_data_source_goes_through_the_variable() -> None:
     # No fixed data source uid hides anywhere in the text (e.g. in a library panel).
     text = DASHBOARD.read_text()
     assert not re.search(r'"uid":\s*"(?!\$\{datasource\}|ktuned-overview|-- Grafana --)', text)
+
+
+def _imported(dash: Any, inputs: dict[str, str]) -> Any:
+    """``dash`` as Grafana's importer leaves it: every ``${NAME}`` of an input replaced."""
+    names = {i["name"] for i in dash["__inputs"]}
+    assert names <= set(inputs), f"the import form asks for {sorted(names)}"
+
+    def evaluate(node: Any) -> Any:
+        if isinstance(node, str):
+            return re.sub(
+                r"\$\{(.+?)\}", lambda m: inputs.get(m[1], m[0]) if m[1] in names else m[0], node
+            )
+        if isinstance(node, list):
+            return [evaluate(v) for v in node]
+        if isinstance(node, dict):
+            return {k: evaluate(v) for k, v in node.items() if k != "__inputs"}
+        return node
+
+    return evaluate(dash)
+
+
+def test_an_import_uses_the_data_source_chosen_for_it() -> None:
+    dash = json.loads(DASHBOARD.read_text())
+    chosen = "ops-prom-7"  # neither `prometheus` nor the default data source
+    imported = _imported(dash, {"DS_PROMETHEUS": chosen})
+    assert "DS_PROMETHEUS" not in json.dumps(imported)
+    [variable] = [v for v in imported["templating"]["list"] if v["type"] == "datasource"]
+    # The variable starts on the chosen data source (not on Grafana's default one) ...
+    assert variable["current"]["value"] == chosen, variable
+    # ... and every query of the dashboard goes through it.
+    resolved = {
+        json.dumps(ref).replace("${" + variable["name"] + "}", variable["current"]["value"])
+        for _, ref in _refs(imported)
+        if ref != {"type": "grafana", "uid": "-- Grafana --"}
+    }
+    assert resolved == {json.dumps({"type": "prometheus", "uid": chosen})}
 
 
 def test_new_bests_are_annotated_and_recording_rules_are_used() -> None:

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import configparser
+import importlib.util
+import json
+import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -95,3 +99,43 @@ def test_security_exposure_is_below_2_5(tmp_path: Path) -> None:
     assert s["SystemCallFilter"][0] == "@system-service" and s["ProtectProc"] == ["invisible"]
     # NVML and CUDA still reach the GPU: its device nodes, ioctl and mmap are allowed.
     assert "DeviceAllow" in s and "PrivateDevices" not in s and "ProcSubset" not in s
+
+
+# -- bench/unit_nvml.py: the unit's confinement rebuilt without systemd (NVML on a GPU box)
+
+UNIT_CHECK = ROOT / "bench" / "unit_nvml.py"
+needs_confinement_tools = pytest.mark.skipif(
+    os.geteuid() != 0
+    or any(shutil.which(t) is None for t in ("unshare", "setpriv", "strace", "systemd-analyze")),
+    reason="needs root, util-linux's unshare/setpriv, strace and systemd-analyze",
+)
+
+
+@needs_confinement_tools
+def test_the_unit_check_computes_the_units_system_call_filter() -> None:
+    spec = importlib.util.spec_from_file_location("unit_nvml", UNIT_CHECK)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    allowed = module.allowed_syscalls()
+    # What CUDA, NVML and Triton need is in; what the unit's ~ lines take out is out.
+    assert {"ioctl", "mmap", "openat", "clone3", "execve", "futex"} <= allowed
+    assert not {"mount", "ptrace", "reboot", "init_module", "swapon", "settimeofday"} & allowed
+
+
+@pytest.mark.slow
+@needs_confinement_tools
+def test_the_unit_check_passes_its_smoke_run(tmp_path: Path) -> None:
+    out = tmp_path / "unit.json"
+    run = subprocess.run(
+        [sys.executable, UNIT_CHECK, "--smoke", "--json", out],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if "unshare failed" in run.stderr or "Operation not permitted" in run.stderr:
+        pytest.skip(f"no mount namespace in this container: {run.stderr[-300:]}")
+    assert run.returncode == 0, run.stdout + run.stderr
+    findings = json.loads(out.read_text())
+    assert findings["syscalls_used"] > 30 and findings["syscalls_outside_filter"] == []
+    assert findings["child"]["triton_kernel_correct"] is True

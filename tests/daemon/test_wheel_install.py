@@ -132,3 +132,6 @@ def test_the_wheel_installs_a_service_that_checks_out(tmp_path: Path) -> None:
     )
     assert bad.returncode == 2
     assert "registry.path" in bad.stderr and "/nonexistent/registry does not exist" in bad.stderr
+    # The error names the installed example that documents every key.
+    [example] = re.findall(r"; see (\S+) for every key", bad.stderr)
+    assert Path(example).is_file() and str(env) in example, bad.stderr

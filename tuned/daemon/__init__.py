@@ -5,7 +5,8 @@
 - :mod:`tuned.daemon.scheduler`: which kernel gets the next evaluation.
 - :mod:`tuned.daemon.gpu`: the GPU-busy gate and throttle check (NVML, or a stand-in).
 - :mod:`tuned.daemon.gated`: the worker client the daemon uses (interruptible, throttle-aware).
-- :mod:`tuned.daemon.notify`: systemd's notify protocol and watchdog.
+- :mod:`tuned.daemon.notify`: systemd's notify protocol, watchdog and STATUS line.
+- :mod:`tuned.daemon.reload`: what SIGHUP applies at once and what waits for a restart.
 - :mod:`tuned.daemon.signals`: SIGTERM/SIGINT/SIGHUP as flags, interruptible sections.
 - :mod:`tuned.daemon.service`: the main loop and its life cycle.
 """

@@ -150,6 +150,15 @@ class DaemonConfig:
     source: str = "(built-in defaults)"
 
 
+#: The example configuration that documents every key, as installed (the wheel ships it).
+EXAMPLE_CONFIG = Path(__file__).resolve().parents[1] / "deploy_files" / "deploy" / "ktuned.yaml"
+
+
+def _example() -> str:
+    example = EXAMPLE_CONFIG.resolve()
+    return str(example) if example.is_file() else "deploy/ktuned.yaml in ktuned's source"
+
+
 class ConfigError(BadInputError):
     """The configuration file is unusable; ``problems`` lists every problem, each with its key."""
 
@@ -158,7 +167,7 @@ class ConfigError(BadInputError):
         lines = "\n".join(f"  {p}" for p in self.problems)
         super().__init__(
             f"invalid configuration {source} ({len(self.problems)} problem"
-            f"{'s' if len(self.problems) != 1 else ''}; see deploy/ktuned.yaml for every key):\n"
+            f"{'s' if len(self.problems) != 1 else ''}; see {_example()} for every key):\n"
             f"{lines}"
         )
 

@@ -17,7 +17,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 
-__all__ = ["Notifier", "Watchdog"]
+from tuned.metrics.live import LiveSnapshot
+
+__all__ = ["Notifier", "Watchdog", "status_line"]
 
 log = logging.getLogger(__name__)
 
@@ -150,3 +152,18 @@ class Watchdog:
         while not self._stop.wait(period):
             if self.clock() <= self._busy_until:
                 self._ping()
+
+
+def status_line(snap: LiveSnapshot, busy_reason: str | None) -> str:
+    """The ``STATUS=`` text of ``systemctl status``: what the daemon does, kernels by state."""
+    counts: dict[str, int] = {}
+    for state in snap.kernel_states.values():
+        counts[state] = counts.get(state, 0) + 1
+    kernels = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no kernels"
+    if snap.daemon_state == "paused_gpu_busy":
+        doing = f"paused: {busy_reason}"
+    elif snap.daemon_state == "tuning":
+        doing = f"tuning {snap.current_kernel}"
+    else:
+        doing = snap.daemon_state
+    return f"{doing}; kernels: {kernels}"

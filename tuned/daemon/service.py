@@ -28,7 +28,8 @@ from tuned.daemon.gated import WORKER_START_REASONS as START_REASONS
 from tuned.daemon.gated import GatedWorkerClient, ShutdownRequested
 from tuned.daemon.gpu import GpuMonitor, interpreter_mode, open_monitor
 from tuned.daemon.journal import BestJournal
-from tuned.daemon.notify import Notifier, Watchdog
+from tuned.daemon.notify import Notifier, Watchdog, status_line
+from tuned.daemon.reload import plan_reload
 from tuned.daemon.scheduler import Scheduler
 from tuned.daemon.signals import SignalGate
 from tuned.daemon.watcher import RegistryChanges, RegistryWatcher
@@ -511,43 +512,27 @@ class Daemon:
         except TunedError as exc:
             log.error("%s\nkeeping the running configuration", exc)
             new = self.config
-        fixed = ("state_dir", "store", "device", "metrics", "llm")
-        for key in fixed:
-            if getattr(new, key) != getattr(self.config, key):
-                log.warning("%s changed: it takes effect at the next restart", key)
-        new = dataclasses.replace(new, **{k: getattr(self.config, k) for k in fixed})
-        if new.gpu.lanes != self.config.gpu.lanes:
-            log.warning("gpu.index/indexes changed: it takes effect at the next restart")
-            new = dataclasses.replace(
-                new,
-                gpu=dataclasses.replace(
-                    new.gpu, index=self.config.gpu.index, indexes=self.config.gpu.indexes
-                ),
-            )
-        policy_changed = (new.policy, new.seed, new.profiling) != (
-            self.config.policy,
-            self.config.seed,
-            self.config.profiling,
-        )
-        registry_changed = new.registry.path != self.config.registry.path
-        profiling_changed = new.profiling != self.config.profiling
+        plan = plan_reload(self.config, new)
+        for key in plan.deferred:
+            log.warning("%s changed: it takes effect at the next restart", key)
+        new = plan.config
         self.config = new
         self.scheduler.config = new.scheduler
         assert self._client is not None
-        if profiling_changed or self._hardware is None:
+        if plan.profiling_changed or self._hardware is None:
             self._hardware = self._new_hardware(self._client.settings.interpreter)
             if self._client.fingerprint:
                 self._hardware.set_fingerprint(self._client.fingerprint)
         for lane in self._lanes:
             lane.settings = self._evaluation_settings(self._client.settings.interpreter)
             lane.retries = new.gpu.throttle_retries
-        if registry_changed:
+        if plan.registry_changed:
             self.watcher = RegistryWatcher(new.registry.path)
             self._reconciled = False
             for name in list(self.campaigns):
                 self.scheduler.forget(name)
                 self.campaigns.pop(name)
-        elif policy_changed:
+        elif plan.policy_changed:
             for spec in [c.spec for c in self.campaigns.values()]:
                 self._track(spec)
         self._scan(settle=True)
@@ -598,18 +583,7 @@ class Daemon:
         )
 
     def _status_line(self) -> str:
-        snap = self.live.snapshot()
-        counts: dict[str, int] = {}
-        for state in snap.kernel_states.values():
-            counts[state] = counts.get(state, 0) + 1
-        kernels = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no kernels"
-        if snap.daemon_state == "paused_gpu_busy":
-            doing = f"paused: {self._busy_reason}"
-        elif snap.daemon_state == "tuning":
-            doing = f"tuning {snap.current_kernel}"
-        else:
-            doing = snap.daemon_state
-        return f"{doing}; kernels: {kernels}"
+        return status_line(self.live.snapshot(), self._busy_reason)
 
     def _until_poll(self) -> float:
         return max(0.0, self._next_poll - time.monotonic())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import html
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 from tuned import __version__
@@ -12,9 +13,10 @@ from tuned.errors import BadInputError
 from tuned.report import format_seconds
 from tuned.reporting.plots import plot_history, plot_outcomes, plot_speedups, plot_strategies
 from tuned.store.api import Store
+from tuned.store.base import KernelProgress
 from tuned.store.overview import kernel_overview
 
-__all__ = ["write_report"]
+__all__ = ["acceptances", "write_report"]
 
 _STYLE = """
 body { font-family: sans-serif; margin: 2em; max-width: 60em; color: #222; }
@@ -26,18 +28,12 @@ pre { background: #f6f6f6; padding: 0.5em; white-space: pre-wrap; }
 """
 
 
-def write_report(store: Store, out: Path) -> Path:
-    """Write ``out/index.html`` with ``speedup.png``, ``history.png``, ``outcomes.png`` and
-    ``strategies.png``."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise BadInputError(f"cannot create the report directory {out}: {exc}") from exc
-    current = store.timeline(current_only=True)
-    every = store.timeline(current_only=False)
-    arms = store.evaluation_totals(0).arms
-    overview = kernel_overview(store)  # the states and counts of `status` and /metrics
-    progress = [o.progress for o in overview]
+def acceptances(
+    store: Store, progress: Sequence[KernelProgress]
+) -> tuple[dict[str, list[tuple[float, str]]], dict[tuple[str, str], float]]:
+    """Each kernel's acceptances (decided_at, candidate id) of its current generation and
+    fingerprint, oldest first, and each one's side-by-side speedup (tuned.store.speedups):
+    the steps of the report's speedup and history plots."""
     accepted = {
         k.name: [
             (float(a["decided_at"]), str(a["candidate_id"]))
@@ -55,6 +51,22 @@ def write_report(store: Store, out: Path) -> Path:
         for _, cid in accepted[k.name]
         if (m := store.measured_speedup(k.name, k.generation, k.fingerprint, cid)) is not None
     }
+    return accepted, measured
+
+
+def write_report(store: Store, out: Path) -> Path:
+    """Write ``out/index.html`` with ``speedup.png``, ``history.png``, ``outcomes.png`` and
+    ``strategies.png``."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInputError(f"cannot create the report directory {out}: {exc}") from exc
+    current = store.timeline(current_only=True)
+    every = store.timeline(current_only=False)
+    arms = store.evaluation_totals(0).arms
+    overview = kernel_overview(store)  # the states and counts of `status` and /metrics
+    progress = [o.progress for o in overview]
+    accepted, measured = acceptances(store, progress)
     intervals = {
         k.name: {
             str(a["candidate_id"]): (float(i["low"]), float(i["high"]))
@@ -66,7 +78,7 @@ def write_report(store: Store, out: Path) -> Path:
         for k in progress
     }
     plot_speedups(current, accepted, out / "speedup.png", intervals, measured)
-    plot_history(current, out / "history.png")
+    plot_history(current, out / "history.png", accepted, measured)
     plot_outcomes(every, out / "outcomes.png")
     plot_strategies(arms, out / "strategies.png")
     speedups = [o.speedup for o in overview if o.speedup and o.state != "retired"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,8 @@ from tuned.outcomes import Outcome, Provenance
 from tuned.store.base import TimelineRow
 
 __all__ = [
+    "HistoryPoint",
+    "history_series",
     "plot_history",
     "plot_outcomes",
     "plot_speedups",
@@ -140,13 +143,27 @@ def plot_speedups(
     plt.close(fig)
 
 
-def plot_history(rows: Sequence[TimelineRow], path: Path) -> None:
-    """Optuna-style optimization history: every trial of each kernel (current generation,
-    latest fingerprint) as its speedup over the baseline (baseline / its time) against the
-    trial's number, and the best measured so far as a line (a measurement, not the accepted
-    best: the acceptance rule may not have confirmed it). Failed trials are marked at the
-    bottom."""
-    plt = _pyplot()
+@dataclass(frozen=True)
+class HistoryPoint:
+    """One trial of the optimization history: its number, its speedup over the baseline as
+    measured (None: it failed), and the accepted best's speedup in force when it finished."""
+
+    trial: int
+    measured: float | None
+    accepted: float
+
+
+def history_series(
+    rows: Sequence[TimelineRow],
+    accepted: Mapping[str, Sequence[tuple[float, str]]] | None = None,
+    measured: Mapping[tuple[str, str], float] | None = None,
+) -> dict[str, list[HistoryPoint]]:
+    """Every trial of each kernel (current generation, latest fingerprint), numbered from 0.
+
+    ``measured`` speedup: baseline time / the trial's time, one measurement. ``accepted``: the
+    incumbent's speedup when the trial finished, as :func:`speedup_series` steps it (the
+    number the report's table, ``ktuned status`` and the dashboard show), so the two lines
+    tell apart a lucky measurement from a best the acceptance rule confirmed."""
     latest_fp = {r.kernel: r.fingerprint for r in rows}
     baseline: dict[str, float] = {}
     for r in rows:
@@ -157,16 +174,47 @@ def plot_history(rows: Sequence[TimelineRow], path: Path) -> None:
             and r.time_s
         ):
             baseline.setdefault(r.kernel, r.time_s)
-    fig, ax = plt.subplots(figsize=(10, 4.5))
-    trials = 0
+    steps = speedup_series(rows, accepted or {}, measured)
+    out: dict[str, list[HistoryPoint]] = {}
     for kernel in sorted(baseline):
         mine = [r for r in rows if r.kernel == kernel and r.fingerprint == latest_fp[kernel]]
-        ok = [(i, baseline[kernel] / r.time_s) for i, r in enumerate(mine) if r.time_s]
-        failed = [i for i, r in enumerate(mine) if not r.time_s]
-        trials += len(mine)
+        points = []
+        for i, r in enumerate(mine):
+            when = datetime.datetime.fromtimestamp(r.finished_at)
+            in_force = [v for at, v in steps.get(kernel, ()) if at <= when]
+            points.append(
+                HistoryPoint(
+                    trial=i,
+                    measured=baseline[kernel] / r.time_s if r.time_s else None,
+                    accepted=in_force[-1] if in_force else 1.0,
+                )
+            )
+        out[kernel] = points
+    return out
+
+
+def plot_history(
+    rows: Sequence[TimelineRow],
+    path: Path,
+    accepted: Mapping[str, Sequence[tuple[float, str]]] | None = None,
+    measured: Mapping[tuple[str, str], float] | None = None,
+) -> None:
+    """Optuna-style optimization history (:func:`history_series`): every trial as a dot, the
+    accepted best as a solid step line and the best single measurement so far as a dotted
+    one. Failed trials are marked at the bottom."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    series = history_series(rows, accepted, measured)
+    trials = 0
+    for kernel, points in series.items():
+        trials += len(points)
+        ok = [(p.trial, p.measured) for p in points if p.measured is not None]
+        failed = [p.trial for p in points if p.measured is None]
+        color = None
         if ok:
             xs, ys = zip(*ok)
-            points = ax.scatter(xs, ys, s=10, alpha=0.6, label=f"{kernel} trials")
+            dots = ax.scatter(xs, ys, s=10, alpha=0.6, label=f"{kernel} trials")
+            color = dots.get_facecolor()[0]
             best, running = [], 0.0
             for y in ys:
                 running = max(running, y)
@@ -175,16 +223,26 @@ def plot_history(rows: Sequence[TimelineRow], path: Path) -> None:
                 xs,
                 best,
                 where="post",
-                color=points.get_facecolor()[0],
-                label=f"{kernel} best measured",
+                color=color,
+                linestyle=":",
+                linewidth=1,
+                label=f"{kernel} best single measurement",
             )
+        ax.step(
+            [p.trial for p in points],
+            [p.accepted for p in points],
+            where="post",
+            color=color,
+            linewidth=2,
+            label=f"{kernel} accepted best",
+        )
         if failed:
             ax.scatter(failed, [0.0] * len(failed), marker="x", s=12, color="#999999")
     ax.set_title(f"Optimization history: {trials} trials (x: failed)")
     ax.set_xlabel("trial")
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_ylabel("speedup over the baseline (x)")
-    if baseline:
+    if series:
         _legend_outside(ax)
     else:
         ax.text(0.5, 0.5, "no baseline measured yet", ha="center", transform=ax.transAxes)
