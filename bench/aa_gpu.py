@@ -32,19 +32,20 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tuned.acceptance import AcceptanceSettings, decide, speedup_interval  # noqa: E402
-from tuned.evaluation.client import (  # noqa: E402
+from bench.harness import ROOT
+from tuned.acceptance import AcceptanceSettings, decide, speedup_interval
+from tuned.evaluation.client import (
     EvaluationSettings,
     WorkerClient,
     _kernel_payload,
 )
-from tuned.evaluation.guard import TimerSnapshot  # noqa: E402
-from tuned.evaluation.worker import Case, Evaluation, ModuleLoader  # noqa: E402
-from tuned.outcomes import Candidate, Outcome, Provenance  # noqa: E402
-from tuned.registry import scan_registry  # noqa: E402
+from tuned.evaluation.guard import TimerSnapshot
+from tuned.evaluation.worker import Case, Evaluation, ModuleLoader
+from tuned.outcomes import Candidate, Outcome, Provenance
+from tuned.registry import scan_registry
 
 
 def _cv(values: list[float]) -> float:

@@ -35,20 +35,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from profilers.timing import (  # noqa: E402
+from bench.harness import ROOT
+from profilers.timing import (
     TimingSettings,
     gpu_median_seconds,
     interleaved_timing,
     wall_median_seconds,
 )
-from tuned.evaluation.client import EvaluationSettings, kernel_payload  # noqa: E402
-from tuned.registry import scan_registry  # noqa: E402
-from tuned.search import TuneSettings  # noqa: E402
-from tuned.store.sqlite import SqliteStore  # noqa: E402
-from tuned.tuning import tune_registry  # noqa: E402
+from tuned.evaluation.client import EvaluationSettings, kernel_payload
+from tuned.registry import scan_registry
+from tuned.search import TuneSettings
+from tuned.store.sqlite import SqliteStore
+from tuned.tuning import tune_registry
 
 REGISTRY = ROOT / "examples" / "liger"
 SMOKE_OPS = ("liger-softmax", "liger-rope-fwd-bwd")

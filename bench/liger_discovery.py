@@ -88,7 +88,8 @@ def measure(path: Path, old: types.ModuleType | None) -> dict[str, object]:
     launchers = {n: f for n, f in functions.items() if n not in kernels and _launches(f, kernels)}
     sites = sum(len(_launches(f, kernels)) for f in launchers.values())
     launched = {k for f in launchers.values() for k in _launches(f, kernels)}
-    before_fns, after_fns, reached = 0, 0, set()
+    before_fns, after_fns = 0, 0
+    reached: set[str] = set()
     outline = outline_module(source, path, Problems(path))
     for name, fn in launchers.items():
         if (

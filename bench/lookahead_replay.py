@@ -26,25 +26,17 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fleet_replay import (  # noqa: E402
-    compiled_at_once,
-    optimum_s,
-    replay_caches,
-    replay_campaign,
-)
-
-from policies import DEFAULT_POLICY  # noqa: E402
-from tuned.evaluation.client import EvaluationSettings  # noqa: E402
-from tuned.evaluation.compile_pool import Precompiled  # noqa: E402
-from tuned.outcomes import Candidate, Outcome  # noqa: E402
-from tuned.pipeline import CampaignPipeline, PipelineSettings  # noqa: E402
-from tuned.registry import KernelSpec  # noqa: E402
-
-DEFAULT_SPACES = [ROOT.parent / "shared" / "benchdata", ROOT / "bench" / "data"]
+from bench.fleet_replay import compiled_at_once, replay_campaign
+from bench.harness.spaces import BUNDLED_SPACES, optimum_s, replay_caches
+from policies import DEFAULT_POLICY
+from tuned.evaluation.client import EvaluationSettings
+from tuned.evaluation.compile_pool import Precompiled
+from tuned.outcomes import Candidate, Outcome
+from tuned.pipeline import CampaignPipeline, PipelineSettings
+from tuned.registry import KernelSpec
 
 
 class InstantPool:
@@ -120,7 +112,7 @@ def run_one(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--spaces", nargs="+", type=Path, default=DEFAULT_SPACES)
+    parser.add_argument("--spaces", nargs="+", type=Path, default=BUNDLED_SPACES)
     parser.add_argument("--lookahead", default="1,2,4,8,17")
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--target", type=float, default=0.99)

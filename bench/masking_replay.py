@@ -50,14 +50,14 @@ from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # K-means on a few points: one thread
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from policies import HierarchicalPolicy, SearchSpace, Trial  # noqa: E402
-from policies.masks import MaskSettings  # noqa: E402
+from bench.harness import ROOT
+from policies import HierarchicalPolicy, SearchSpace, Trial
+from policies.masks import MaskSettings
 
 ARMS = {"masked": MaskSettings(), "unmasked": MaskSettings(sm=1.0, dram=1.0, l2=1.0)}
 #: Few metrics: one or two replay passes per launch, so hundreds of configurations fit in

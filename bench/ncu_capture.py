@@ -25,8 +25,10 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.harness import ROOT
 
 METRICS = [
     "gpu__time_duration.sum",

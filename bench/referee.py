@@ -42,11 +42,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from profilers.timing import TimingSettings  # noqa: E402
+
+from profilers.timing import TimingSettings
 
 REFEREE_TOP = 8  # the referee times the union of (a)'s and (b)'s this many fastest
 REFEREE_TARGET_MS = 50.0  # timed duration per configuration and round (do_bench's default is 100)

@@ -38,17 +38,17 @@ import numpy as np
 # K-means on a few hundred points is fastest on one thread (see search_replay.py).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from policies import DEFAULT_POLICY, POLICIES, KnobValue  # noqa: E402
-from tuned.evaluation import EvaluationSettings  # noqa: E402
-from tuned.outcomes import Outcome  # noqa: E402
-from tuned.registry.replay import read_cache  # noqa: E402
-from tuned.search import TuneSettings  # noqa: E402
-from tuned.store import SqliteStore  # noqa: E402
-from tuned.tuning import tune_registry  # noqa: E402
+
+from policies import DEFAULT_POLICY, POLICIES, KnobValue
+from tuned.evaluation import EvaluationSettings
+from tuned.outcomes import Outcome
+from tuned.registry.replay import read_cache
+from tuned.search import TuneSettings
+from tuned.store import SqliteStore
+from tuned.tuning import tune_registry
 
 Job = tuple[str, int, int, str, str]
 

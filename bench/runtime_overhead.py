@@ -28,11 +28,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tuned.runtime import current_fingerprint, load  # noqa: E402
-from tuned.runtime.standalone import Bucket, ShapeModel, TunedKernel, Variant  # noqa: E402
+from bench.harness import ROOT
+from tuned.runtime import current_fingerprint, load
+from tuned.runtime.standalone import Bucket, ShapeModel, TunedKernel, Variant
 
 
 def per_call(fn: Callable[[], Any], calls: int) -> float:

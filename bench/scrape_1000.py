@@ -21,16 +21,17 @@ import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from prometheus_client import CollectorRegistry, ProcessCollector  # noqa: E402
 
-from tests.conftest import ADD_SOURCE, ADD_YAML  # noqa: E402
-from tuned.metrics import GpuLabels, LiveStatus, MetricsServer, StoreCollector  # noqa: E402
-from tuned.outcomes import Candidate, EvalResult, Outcome, Provenance  # noqa: E402
-from tuned.registry import load_entry  # noqa: E402
-from tuned.store.sqlite import SqliteStore  # noqa: E402
+from prometheus_client import CollectorRegistry, ProcessCollector
+
+from tests.conftest import ADD_SOURCE, ADD_YAML
+from tuned.metrics import GpuLabels, LiveStatus, MetricsServer, StoreCollector
+from tuned.outcomes import Candidate, EvalResult, Outcome, Provenance
+from tuned.registry import load_entry
+from tuned.store.sqlite import SqliteStore
 
 OUTCOMES = (Outcome.OK, Outcome.OK, Outcome.OK, Outcome.COMPILE_ERROR, Outcome.INCORRECT)
 

@@ -29,10 +29,11 @@ import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.conftest import ADD_SOURCE, ADD_YAML  # noqa: E402
+from bench.harness import ROOT
+from tests.conftest import ADD_SOURCE, ADD_YAML
 
 EXAMPLES = ("vector_add", "softmax", "rms_norm", "layer_norm")
 

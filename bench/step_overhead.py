@@ -46,19 +46,18 @@ from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fleet_replay import compiled_at_once, replay_campaign  # noqa: E402
-
-from policies import DEFAULT_POLICY  # noqa: E402
-from tuned.evaluation.client import EvaluationSettings  # noqa: E402
-from tuned.evaluation.compile_pool import Precompiled  # noqa: E402
-from tuned.evaluation.replay import ReplayClient  # noqa: E402
-from tuned.outcomes import Candidate, EvalResult  # noqa: E402
-from tuned.pipeline import CampaignPipeline, PipelineSettings  # noqa: E402
-from tuned.registry import KernelSpec  # noqa: E402
+from bench.fleet_replay import compiled_at_once, replay_campaign
+from bench.harness import ROOT
+from policies import DEFAULT_POLICY
+from tuned.evaluation.client import EvaluationSettings
+from tuned.evaluation.compile_pool import Precompiled
+from tuned.evaluation.replay import ReplayClient
+from tuned.outcomes import Candidate, EvalResult
+from tuned.pipeline import CampaignPipeline, PipelineSettings
+from tuned.registry import KernelSpec
 
 DEFAULT_SPACE = ROOT / "bench" / "data" / "matmul_H100.json.gz"
 

@@ -50,21 +50,19 @@ from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-ROOT = Path(__file__).resolve().parents[1]
-for path in (ROOT, ROOT / "bench"):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
+if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fleet_replay import replay_campaign  # noqa: E402
-
-from policies import DEFAULT_POLICY  # noqa: E402
-from tuned.evaluation.client import EvaluationSettings  # noqa: E402
-from tuned.evaluation.compile_pool import Precompiled  # noqa: E402
-from tuned.evaluation.replay import ReplayClient  # noqa: E402
-from tuned.outcomes import Candidate, EvalResult, Outcome, Provenance  # noqa: E402
-from tuned.pipeline import CampaignPipeline, PipelineSettings  # noqa: E402
-from tuned.registry import KernelSpec  # noqa: E402
-from tuned.search import Campaign  # noqa: E402
+from bench.fleet_replay import replay_campaign
+from bench.harness import ROOT
+from policies import DEFAULT_POLICY
+from tuned.evaluation.client import EvaluationSettings
+from tuned.evaluation.compile_pool import Precompiled
+from tuned.evaluation.replay import ReplayClient
+from tuned.outcomes import Candidate, EvalResult, Outcome, Provenance
+from tuned.pipeline import CampaignPipeline, PipelineSettings
+from tuned.registry import KernelSpec
+from tuned.search import Campaign
 
 DEFAULT_SPACE = ROOT / "bench" / "data" / "matmul4096_H100.json.gz"
 KNOBS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages")
@@ -246,7 +244,7 @@ class TimedClient(ReplayClient):
             cost += GPU_COSTS["baseline"]
         elif result.outcome is Outcome.OK:
             cost += GPU_COSTS["correctness"]
-            theirs = (result.metadata.get("incumbent_samples") or {}).get("recorded")
+            theirs = (result.metadata.get("incumbent_samples") or {}).get("recorded") or []
             mine = result.time_s or 0.0
             screened = bool(theirs) and mine > SCREEN_SLOWER * statistics.median(theirs)
             cost += GPU_COSTS["screened" if screened else "full"]

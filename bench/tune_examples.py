@@ -22,16 +22,17 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from profilers.timing import TimingSettings, gpu_median_seconds, wall_median_seconds  # noqa: E402
-from tuned.evaluation.client import EvaluationSettings  # noqa: E402
-from tuned.registry import KernelSpec, scan_registry  # noqa: E402
-from tuned.report import Progress, format_seconds  # noqa: E402
-from tuned.search import CampaignSummary, TuneSettings  # noqa: E402
-from tuned.store.sqlite import SqliteStore  # noqa: E402
-from tuned.tuning import detect_interpreter, tune_registry  # noqa: E402
+from bench.harness import ROOT
+from profilers.timing import TimingSettings, gpu_median_seconds, wall_median_seconds
+from tuned.evaluation.client import EvaluationSettings
+from tuned.registry import KernelSpec, scan_registry
+from tuned.report import Progress, format_seconds
+from tuned.search import CampaignSummary, TuneSettings
+from tuned.store.sqlite import SqliteStore
+from tuned.tuning import detect_interpreter, tune_registry
 
 
 def eager_reference_seconds(spec: KernelSpec, timed: list[str], device: str) -> float | None:

@@ -21,7 +21,7 @@ from tuned.registry import KernelSpec, load_entry
 from tuned.search import Campaign, TuneSettings
 from tuned.store import SqliteStore
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "convolution_A6000_small.json.gz"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "convolution_A6000_small.json.gz"
 
 
 class ManualPool:
@@ -192,7 +192,7 @@ def test_the_timed_replay_ranks_the_fed_pipeline_ahead_in_simulated_time() -> No
     import importlib.util
     import sys
 
-    bench = Path(__file__).resolve().parents[1] / "bench"
+    bench = Path(__file__).resolve().parents[2] / "bench"
     found = importlib.util.spec_from_file_location("timed_replay", bench / "timed_replay.py")
     assert found is not None and found.loader is not None
     module = importlib.util.module_from_spec(found)

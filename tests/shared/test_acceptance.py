@@ -16,7 +16,7 @@ from tuned.acceptance import (
     speedup_point,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BENCHDATA = ROOT.parent / "shared" / "benchdata"
 
 

@@ -23,7 +23,7 @@ from tuned.registry import load_entry
 from tuned.search import Campaign, TuneSettings
 from tuned.store import SqliteStore
 
-ADVERSARIAL = Path(__file__).resolve().parent / "adversarial"
+ADVERSARIAL = Path(__file__).resolve().parents[1] / "adversarial"
 POOL_PHASES = {"compile_queue", "precompile", GPU_QUEUE_PHASE}
 WORKER_PHASES = {"load", "compile", "correctness", "benchmark"}
 
@@ -212,7 +212,7 @@ def test_the_throughput_benchmark_runs_in_smoke_mode(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     out = tmp_path / "throughput.json"
     env = dict(os.environ, PYTHONPATH=str(root))
     subprocess.run(
@@ -295,7 +295,7 @@ def test_speculation_changes_no_decision_and_a_policy_copy_is_independent(
     import importlib.util
     import sys
 
-    bench = Path(__file__).resolve().parents[1] / "bench"
+    bench = Path(__file__).resolve().parents[2] / "bench"
     sys.path.insert(0, str(bench))
     try:
         found = importlib.util.spec_from_file_location("step_overhead", bench / "step_overhead.py")

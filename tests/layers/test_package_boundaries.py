@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("tuned", "policies", "profilers", "clustering")
 LIBRARIES = ("policies", "profilers", "clustering")
 
