@@ -20,7 +20,6 @@ comparisons) and of the medians across comparisons, and writes everything as JSO
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import statistics
@@ -35,7 +34,7 @@ import numpy as np
 if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.harness import ROOT
+from bench.harness import ROOT, bench_parser, interpreter_for_smoke
 from tuned.acceptance import AcceptanceSettings, decide, speedup_interval
 from tuned.evaluation.client import (
     EvaluationSettings,
@@ -167,11 +166,11 @@ def run_kernel(
     }
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = bench_parser(__doc__, smoke=False)
     parser.add_argument("--registry", type=Path, default=ROOT / "examples" / "registry")
-    parser.add_argument("--comparisons", type=int, default=35, help="per kernel")
-    parser.add_argument("--kernels", default="", help="comma-separated subset")
+    parser.add_argument("--comparisons", type=int, default=None, help="per kernel (35)")
+    parser.add_argument("--kernels", default="", help="comma-separated subset (all)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument(
@@ -179,7 +178,12 @@ def main() -> int:
         action="store_true",
         help="run in Triton's interpreter on the CPU (checks the script works; no GPU figures)",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    interpreter_for_smoke(args.smoke)
+    if args.comparisons is None:  # a smoke run: two comparisons of vector_add unless told
+        args.comparisons = 2 if args.smoke else 35
+    if args.smoke and not args.kernels:
+        args.kernels = "vector_add"
 
     import torch
 

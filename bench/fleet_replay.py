@@ -2,6 +2,7 @@
 
     python bench/fleet_replay.py [--spaces DIR|FILE ...] [--workers 1,2,4,8] [--seeds N]
         [--policy NAME] [--cap N]
+    python bench/fleet_replay.py --smoke     # the tests' small recorded space, seconds
 
 For each recorded space (Kernel Tuner cache, ``../shared/benchdata``), worker count and
 seed, W simulated workers tune one replay entry of that space together: each is a thread
@@ -24,7 +25,6 @@ overhead, serialised; on a fleet the evaluations run in parallel.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -40,8 +40,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.harness import bench_parser
 from bench.harness.spaces import (
     BENCHDATA,
+    SMOKE_SPACE,
     optimum_s,
     replay_caches,
     write_replay_entry,
@@ -165,13 +167,15 @@ def run_fleet(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--spaces", nargs="+", type=Path, default=[BENCHDATA])
     parser.add_argument("--workers", default="1,2,4,8")
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--policy", default=DEFAULT_POLICY)
     parser.add_argument("--cap", type=int, default=300, help="evaluations at most per run")
     args = parser.parse_args(argv)
+    if args.smoke:  # the tests' small real space, 1 and 2 workers, one seed
+        args.spaces, args.workers, args.seeds, args.cap = [SMOKE_SPACE], "1,2", 1, 40
     caches = replay_caches(parser, args.spaces)
     counts = [int(w) for w in args.workers.split(",")]
     print(

@@ -33,8 +33,8 @@ def fmt_s(seconds: float | None) -> str:
 
 
 def quartiles(values: Sequence[float]) -> str:
-    """``median [q1, q3]`` of ``values`` (one decimal); the value alone for one."""
-    if len(values) < 2:
-        return f"{values[0]:.1f}" if values else "-"
-    q1, q2, q3 = statistics.quantiles(values, n=4)
-    return f"{q2:.1f} [{q1:.1f}, {q3:.1f}]"
+    """``mean (q1..q3)`` of ``values`` (one decimal); ``-`` for none."""
+    if not values:
+        return "-"
+    q = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
+    return f"{statistics.mean(values):5.1f} ({q[0]:.1f}..{q[2]:.1f})"
