@@ -160,6 +160,8 @@ def _soak(args: argparse.Namespace, work: Path) -> int:
         stderr=log,
     )
     url = f"http://127.0.0.1:{port}/metrics"
+    if args.smoke:  # seconds of soak: start them once the daemon answers (60 s at most)
+        _wait_for(url, daemon, timeout_s=60.0)
     started = time.monotonic()
     end = started + args.minutes * 60
     next_edit = started + args.edit_every
@@ -215,6 +217,17 @@ def _soak(args: argparse.Namespace, work: Path) -> int:
         for s in samples:
             fh.write(",".join(f"{s[k]:.3f}" for k in keys) + "\n")
     return report(samples, editor, stop_s, code, work, args.minutes, judge=not args.smoke)
+
+
+def _wait_for(url: str, daemon: subprocess.Popen[bytes], *, timeout_s: float) -> None:
+    """Until ``url`` answers, the daemon exits or ``timeout_s`` pass."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and daemon.poll() is None:
+        try:
+            with urllib.request.urlopen(url, timeout=5):
+                return
+        except OSError:
+            time.sleep(0.2)
 
 
 def report(

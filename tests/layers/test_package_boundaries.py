@@ -167,6 +167,21 @@ def test_library_never_imports_tuned(library: str) -> None:
     assert offenders == []
 
 
+@pytest.mark.parametrize("package", PACKAGES)
+def test_nothing_imports_the_benchmarks(package: str) -> None:
+    """``bench/`` sits on top: it uses ktuned as a user does, and nothing ktuned ships (the
+    wheel has no ``bench``) imports it."""
+    graph = _graph()
+    offenders = [
+        f"{m} -> {i}"
+        for m in sorted(graph)
+        if _under(m, package)
+        for i in sorted(graph[m])
+        if _under(i, "bench")
+    ]
+    assert offenders == []
+
+
 def test_runtime_imports_only_store_registry_and_shared_values() -> None:
     graph = _graph()
     direct = [
