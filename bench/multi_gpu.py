@@ -15,7 +15,6 @@ Needs as many NVIDIA GPUs of one model as ``--gpus``.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import threading
@@ -26,7 +25,7 @@ from typing import Any
 if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.harness import ROOT
+from bench.harness import ROOT, write_json
 from tuned.evaluation.client import GPU_SPARES, EvaluationSettings, WorkerClient
 from tuned.evaluation.compile_pool import default_compile_workers
 from tuned.pipeline import pipeline_for
@@ -191,8 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     if one and many and args.gpus > 1:
         mean = sum(many) / len(many) / (sum(one) / len(one))
         print(f"speed-up ({args.gpus} GPUs over 1, mean of runs): {mean:.2f}x")
-    if args.out:
-        args.out.write_text(json.dumps(results, indent=2, default=str))
+    write_json(args.out, results, indent=2)
     return 0
 
 

@@ -25,7 +25,7 @@ from typing import Any
 if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.harness import ROOT
+from bench.harness import ROOT, require_gpu
 from profilers.classify import classify, roofline_point
 from profilers.ncu import Profile, ProfileStatus
 from tuned.outcomes import Candidate, Provenance
@@ -46,12 +46,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
-    import torch
-
-    if not torch.cuda.is_available():
-        print("needs a CUDA GPU", file=sys.stderr)
-        return 2
-    model = torch.cuda.get_device_name()
+    model = require_gpu(parser, what="profile_examples.py")
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="ktuned-profile-") as tmp:
         store = SqliteStore(Path(tmp) / "ktuned.sqlite")

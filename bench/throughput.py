@@ -63,7 +63,7 @@ if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
 
 import numpy as np
 
-from bench.harness import ROOT
+from bench.harness import ROOT, Stopwatch, require_gpu
 from bench.referee import (
     key,
     referee_child,
@@ -485,11 +485,7 @@ def main(argv: list[str] | None = None) -> int:
     knobs = SMOKE_KNOBS if args.smoke else GPU_KNOBS
     configs = configurations(knobs, args.configs)
     if not args.smoke:
-        import torch
-
-        if not torch.cuda.is_available():
-            parser.error("no CUDA GPU: run with --smoke on a CPU")
-        device = torch.cuda.get_device_name()
+        device = require_gpu(parser, what="throughput.py")
     else:
         device = "CPU (Triton interpreter; smoke run, not a result)"
     work = args.workdir or Path(tempfile.mkdtemp(prefix="ktuned-throughput-"))
@@ -499,13 +495,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(configs)} configurations, {workers} compile processes, work dir {work}", flush=True
     )
 
-    t = time.perf_counter()
+    watch = Stopwatch()
     serial = run_serial(entry, configs, work / "serial", smoke=args.smoke)
-    print(f"(a) serial sweep done in {time.perf_counter() - t:.0f} s", flush=True)
-    t = time.perf_counter()
+    print(f"(a) serial sweep done in {watch.lap():.0f} s", flush=True)
     piped = run_pipelined(spec, configs, work / "pipelined", workers=workers, smoke=args.smoke)
-    print(f"(b) pipelined sweep done in {time.perf_counter() - t:.0f} s", flush=True)
-    t = time.perf_counter()
+    print(f"(b) pipelined sweep done in {watch.lap():.0f} s", flush=True)
     referee = run_referee(
         referee_set(serial, piped),
         work / "serial",
@@ -514,13 +508,13 @@ def main(argv: list[str] | None = None) -> int:
             "--referee-child", entry, request, out, smoke=args.smoke
         ),
     )
-    print(f"referee done in {time.perf_counter() - t:.0f} s", flush=True)
+    print(f"referee done in {watch.lap():.0f} s", flush=True)
     serial_times = {key(r["knobs"]): r["time_s"] for r in serial["rows"] if r["time_s"] is not None}
     if not serial_times or not referee_times(referee):
         sys.exit(
             f"nothing was timed (see {work}): (a) or the referee failed on every configuration"
         )
-    t = time.perf_counter()
+    watch.lap()
     with StackSampler() if args.sample_stacks else contextlib.nullcontext() as sampler:
         policy = run_policy(
             spec,
@@ -536,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     if sampler is not None:
         args.sample_stacks.write_text(sampler.report(top=60) + "\n")
-    print(f"(c) default policy done in {time.perf_counter() - t:.0f} s", flush=True)
+    print(f"(c) default policy done in {watch.lap():.0f} s", flush=True)
 
     summary = summarize(serial, piped, referee, policy)
     print_table(summary, device)

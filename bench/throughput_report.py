@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from bench.referee import fmt, key, print_referee, referee_table, referee_times
+from bench.harness import fmt_s
+from bench.referee import key, print_referee, referee_table, referee_times
 
 #: (c)'s criteria of "found": the referee's best, (a)'s table's best, the incumbent's interval.
 CRITERIA = ("referee", "serial_table", "incumbent")
@@ -97,12 +98,12 @@ def print_table(s: dict[str, Any], device: str) -> None:
     print(f"{'sweep':<28} {'wall':>9} {'configs/min':>12} {'best':>10}  best knobs")
     print("-" * 100)
     print(
-        f"{'(a) serial, autotuner-style':<28} {fmt(s['serial_wall_s']):>9} "
-        f"{s['serial_configs_per_min']:>12.1f} {fmt(s['serial_best_s']):>10}  {s['serial_best']}"
+        f"{'(a) serial, autotuner-style':<28} {fmt_s(s['serial_wall_s']):>9} "
+        f"{s['serial_configs_per_min']:>12.1f} {fmt_s(s['serial_best_s']):>10}  {s['serial_best']}"
     )
     print(
-        f"{'(b) ktuned pipelined':<28} {fmt(s['pipelined_wall_s']):>9} "
-        f"{s['pipelined_configs_per_min']:>12.1f} {fmt(s['pipelined_best_s']):>10}  "
+        f"{'(b) ktuned pipelined':<28} {fmt_s(s['pipelined_wall_s']):>9} "
+        f"{s['pipelined_configs_per_min']:>12.1f} {fmt_s(s['pipelined_best_s']):>10}  "
         f"{s['pipelined_best']}"
     )
     ratio = s["pipelined_best_by_serial_ratio"]
@@ -114,14 +115,16 @@ def print_table(s: dict[str, Any], device: str) -> None:
             else f" ((b)'s best is {100 * (ratio - 1):.2f} % from (a)'s best in (a)'s table)"
         )
     )
-    print(f"(a) split: compile {fmt(s['serial_compile_s'])}, benchmark {fmt(s['serial_bench_s'])}")
+    print(
+        f"(a) split: compile {fmt_s(s['serial_compile_s'])}, benchmark {fmt_s(s['serial_bench_s'])}"
+    )
     nvml = s["nvml_utilization"]
     print(
         f"GPU busy during (b): benchmark phases {100 * s['gpu_busy_benchmark_fraction']:.0f} % of "
         f"the wall, all worker phases {100 * s['gpu_worker_busy_fraction']:.0f} %"
         + ("" if nvml is None else f", NVML utilization {100 * nvml:.0f} %")
     )
-    phases = ", ".join(f"{k} {fmt(v)}" for k, v in sorted(s["pipelined_phase_seconds"].items()))
+    phases = ", ".join(f"{k} {fmt_s(v)}" for k, v in sorted(s["pipelined_phase_seconds"].items()))
     print(f"(b) phase seconds, summed: {phases}")
     print_referee(s)
     labels = {
@@ -136,7 +139,7 @@ def print_table(s: dict[str, Any], device: str) -> None:
             + (
                 ("not by the loop's end" if name == "incumbent" else "not reached")
                 if frac is None
-                else f"after {fmt(s[f'policy_{name}_s'])}, {s[f'policy_{name}_evaluations']} "
+                else f"after {fmt_s(s[f'policy_{name}_s'])}, {s[f'policy_{name}_evaluations']} "
                 f"evaluations = {100 * frac:.1f} % of (a)'s wall"
             )
         )
@@ -150,10 +153,10 @@ def print_table(s: dict[str, Any], device: str) -> None:
         f"compiled {s['policy_speculation_hits']}; worker starts {s['policy_worker_starts']} "
         f"({s['policy_spare_takeovers']} by the waiting spare)"
     )
-    phases = ", ".join(f"{k} {fmt(v)}" for k, v in sorted(s["policy_phase_seconds"].items()))
+    phases = ", ".join(f"{k} {fmt_s(v)}" for k, v in sorted(s["policy_phase_seconds"].items()))
     print(f"(c) phase seconds, summed: {phases}")
     fresh = s["policy_new_process_calls"]
     print(
-        f"(c) worker calls {s['policy_worker_calls']} ({fmt(s['policy_worker_s'])}); "
-        f"first in a new process: {len(fresh)} ({', '.join(fmt(w) for w in fresh)})"
+        f"(c) worker calls {s['policy_worker_calls']} ({fmt_s(s['policy_worker_s'])}); "
+        f"first in a new process: {len(fresh)} ({', '.join(fmt_s(w) for w in fresh)})"
     )

@@ -17,7 +17,7 @@ from bench.harness.cli import (
 )
 from bench.harness.state import ROOT, scratch_base, state_dir
 from bench.harness.tables import fmt_s, markdown_table, print_table, quartiles
-from bench.harness.timing import Stopwatch, median_s
+from bench.harness.timing import Stopwatch
 
 __all__ = [
     "ROOT",
@@ -27,7 +27,6 @@ __all__ = [
     "fmt_s",
     "interpreter_for_smoke",
     "markdown_table",
-    "median_s",
     "print_table",
     "quartiles",
     "require_gpu",

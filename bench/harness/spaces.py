@@ -54,11 +54,6 @@ def replay_caches(parser: argparse.ArgumentParser, spaces: list[Path]) -> list[P
     return caches
 
 
-def existing(spaces: list[Path]) -> list[Path]:
-    """Those of ``spaces`` that exist (the shared data may be absent from a checkout)."""
-    return [s for s in spaces if s.exists()]
-
-
 def write_replay_entry(
     root: Path,
     cache: Path,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable, Sequence
 
@@ -21,15 +22,15 @@ def print_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> Non
 
 
 def fmt_s(seconds: float | None) -> str:
-    """A duration with a unit that keeps three significant figures (us, ms, s); ``-`` for
-    None."""
-    if seconds is None:
+    """Seconds as the tables print them (s, ms or us, three significant figures below a
+    second); ``-`` for None or NaN."""
+    if seconds is None or math.isnan(seconds):
         return "-"
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.1f} us"
-    if seconds < 1.0:
-        return f"{seconds * 1e3:.2f} ms"
-    return f"{seconds:.2f} s"
+    if seconds >= 1:
+        return f"{seconds:.1f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds * 1e6:.3g} us"
 
 
 def quartiles(values: Sequence[float]) -> str:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import statistics
 import time
-from collections.abc import Callable
 
 
 class Stopwatch:
@@ -20,18 +18,3 @@ class Stopwatch:
         now = time.perf_counter()
         seconds, self._start = now - self._start, now
         return seconds
-
-
-def median_s(fn: Callable[[], object], *, repeats: int, warmup: int = 1) -> float:
-    """The median wall time of ``repeats`` calls of ``fn`` after ``warmup`` untimed ones
-    (host time: for GPU work, ``fn`` synchronizes itself or it measures launches)."""
-    if repeats < 1:
-        raise ValueError(f"repeats must be at least 1, not {repeats}")
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
