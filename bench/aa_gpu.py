@@ -20,7 +20,6 @@ comparisons) and of the medians across comparisons, and writes everything as JSO
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import statistics
@@ -32,19 +31,20 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tuned.acceptance import AcceptanceSettings, decide, speedup_interval  # noqa: E402
-from tuned.evaluation.client import (  # noqa: E402
+from bench.harness import ROOT, bench_parser, interpreter_for_smoke
+from tuned.acceptance import AcceptanceSettings, decide, speedup_interval
+from tuned.evaluation.client import (
     EvaluationSettings,
     WorkerClient,
     _kernel_payload,
 )
-from tuned.evaluation.guard import TimerSnapshot  # noqa: E402
-from tuned.evaluation.worker import Case, Evaluation, ModuleLoader  # noqa: E402
-from tuned.outcomes import Candidate, Outcome, Provenance  # noqa: E402
-from tuned.registry import scan_registry  # noqa: E402
+from tuned.evaluation.guard import TimerSnapshot
+from tuned.evaluation.worker import Case, Evaluation, ModuleLoader
+from tuned.outcomes import Candidate, Outcome, Provenance
+from tuned.registry import scan_registry
 
 
 def _cv(values: list[float]) -> float:
@@ -166,11 +166,11 @@ def run_kernel(
     }
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = bench_parser(__doc__, smoke=False)
     parser.add_argument("--registry", type=Path, default=ROOT / "examples" / "registry")
-    parser.add_argument("--comparisons", type=int, default=35, help="per kernel")
-    parser.add_argument("--kernels", default="", help="comma-separated subset")
+    parser.add_argument("--comparisons", type=int, default=None, help="per kernel (35)")
+    parser.add_argument("--kernels", default="", help="comma-separated subset (all)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument(
@@ -178,7 +178,12 @@ def main() -> int:
         action="store_true",
         help="run in Triton's interpreter on the CPU (checks the script works; no GPU figures)",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    interpreter_for_smoke(args.smoke)
+    if args.comparisons is None:  # a smoke run: two comparisons of vector_add unless told
+        args.comparisons = 2 if args.smoke else 35
+    if args.smoke and not args.kernels:
+        args.kernels = "vector_add"
 
     import torch
 

@@ -2,6 +2,7 @@
 
     python bench/fleet_replay.py [--spaces DIR|FILE ...] [--workers 1,2,4,8] [--seeds N]
         [--policy NAME] [--cap N]
+    python bench/fleet_replay.py --smoke     # the tests' small recorded space, seconds
 
 For each recorded space (Kernel Tuner cache, ``../shared/benchdata``), worker count and
 seed, W simulated workers tune one replay entry of that space together: each is a thread
@@ -24,9 +25,6 @@ overhead, serialised; on a fleet the evaluations run in parallel.
 
 from __future__ import annotations
 
-import argparse
-import gzip
-import json
 import os
 import statistics
 import sys
@@ -39,61 +37,26 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from policies import DEFAULT_POLICY  # noqa: E402
-from tuned.evaluation.compile_pool import Precompiled  # noqa: E402
-from tuned.evaluation.replay import ReplayClient  # noqa: E402
-from tuned.outcomes import Candidate, EvalResult, Outcome  # noqa: E402
-from tuned.registry import KernelSpec, load_entry  # noqa: E402
-from tuned.search import Campaign, TuneSettings  # noqa: E402
-from tuned.store import ClaimSettings, SqliteStore  # noqa: E402
+from bench.harness import bench_parser
+from bench.harness.spaces import (
+    BENCHDATA,
+    SMOKE_SPACE,
+    optimum_s,
+    replay_caches,
+    write_replay_entry,
+)
+from policies import DEFAULT_POLICY
+from tuned.evaluation.compile_pool import Precompiled
+from tuned.evaluation.replay import ReplayClient
+from tuned.outcomes import Candidate, EvalResult, Outcome
+from tuned.registry import KernelSpec
+from tuned.search import Campaign, TuneSettings
+from tuned.store import ClaimSettings, SqliteStore
 
-DEFAULT_SPACES = ROOT.parent / "shared" / "benchdata"
 TARGET = 0.95
-
-
-def optimum_s(cache: Path) -> float:
-    """The space's best recorded median time, in seconds (what the replay reports)."""
-    with gzip.open(cache, "rt") if cache.suffix == ".gz" else cache.open() as f:
-        doc = json.load(f)
-    best = float("inf")
-    for entry in doc["cache"].values():
-        runs = entry.get("times")
-        if isinstance(entry.get("time"), (int, float)):
-            t = statistics.median(runs) if runs else float(entry["time"])
-            best = min(best, float(t) / 1e3)
-    return best
-
-
-def make_entry(
-    root: Path, cache: Path, seed: int, baseline: dict[str, object] | None = None
-) -> KernelSpec:
-    """A replay entry of ``cache`` in ``root`` (``baseline``: its knobs; default a seeded
-    draw, tuned.registry.replay)."""
-    entry = root / cache.name.split(".")[0].replace("_", "-").lower()
-    entry.mkdir(parents=True, exist_ok=True)
-    text = (
-        f"name: {entry.name}\nkind: replay\ncache: {cache.resolve()}\nnoise: none\nseed: {seed}\n"
-    )
-    if baseline:
-        text += "baseline: {" + ", ".join(f"{k}: {v}" for k, v in baseline.items()) + "}\n"
-    (entry / "kernel.yaml").write_text(text)
-    return load_entry(entry)
-
-
-def replay_caches(parser: argparse.ArgumentParser, spaces: list[Path]) -> list[Path]:
-    """The Kernel Tuner caches named by ``spaces`` (files, or directories of them), sorted;
-    a parser error when one does not exist or there are none."""
-    missing = [str(s) for s in spaces if not s.exists()]
-    if missing:
-        parser.error(f"not found: {', '.join(missing)}")
-    caches = sorted(p for s in spaces for p in (sorted(s.glob("*.json*")) if s.is_dir() else [s]))
-    if not caches:
-        parser.error(f"no Kernel Tuner caches (*.json, *.json.gz) in {spaces}")
-    return caches
 
 
 def replay_campaign(
@@ -107,7 +70,7 @@ def replay_campaign(
 ) -> tuple[Campaign, SqliteStore, ReplayClient]:
     """A campaign on a fresh store in ``root`` over a replay entry of ``cache`` (the
     caller closes the store)."""
-    spec = make_entry(root, cache, seed, baseline)
+    spec = write_replay_entry(root, cache, seed, baseline=baseline)
     store = SqliteStore(root / "ktuned.sqlite")
     store.sync_kernel(spec)
     client = client_type(spec)
@@ -145,7 +108,7 @@ def run_fleet(
     base = Path("/dev/shm") if Path("/dev/shm").is_dir() else None
     with tempfile.TemporaryDirectory(prefix="fleet-replay-", dir=base) as tmp:
         root = Path(tmp)
-        spec = make_entry(root, cache, seed)
+        spec = write_replay_entry(root, cache, seed)
         path = root / "ktuned.sqlite"
         setup = SqliteStore(path)
         setup.sync_kernel(spec)
@@ -204,13 +167,15 @@ def run_fleet(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--spaces", nargs="+", type=Path, default=[DEFAULT_SPACES])
+    parser = bench_parser(__doc__)
+    parser.add_argument("--spaces", nargs="+", type=Path, default=[BENCHDATA])
     parser.add_argument("--workers", default="1,2,4,8")
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--policy", default=DEFAULT_POLICY)
     parser.add_argument("--cap", type=int, default=300, help="evaluations at most per run")
     args = parser.parse_args(argv)
+    if args.smoke:  # the tests' small real space, 1 and 2 workers, one seed
+        args.spaces, args.workers, args.seeds, args.cap = [SMOKE_SPACE], "1,2", 1, 40
     caches = replay_caches(parser, args.spaces)
     counts = [int(w) for w in args.workers.split(",")]
     print(

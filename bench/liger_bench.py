@@ -35,21 +35,22 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from profilers.timing import (  # noqa: E402
+from bench.harness import ROOT, state_dir
+from profilers.timing import (
     TimingSettings,
     gpu_median_seconds,
     interleaved_timing,
     wall_median_seconds,
 )
-from tuned.evaluation.client import EvaluationSettings, kernel_payload  # noqa: E402
-from tuned.pipeline import compile_workers_for  # noqa: E402
-from tuned.registry import scan_registry  # noqa: E402
-from tuned.search import TuneSettings  # noqa: E402
-from tuned.store.sqlite import SqliteStore  # noqa: E402
-from tuned.tuning import tune_registry  # noqa: E402
+from tuned.evaluation.client import EvaluationSettings, kernel_payload
+from tuned.pipeline import compile_workers_for
+from tuned.registry import scan_registry
+from tuned.search import TuneSettings
+from tuned.store.sqlite import SqliteStore
+from tuned.tuning import tune_registry
 
 REGISTRY = ROOT / "examples" / "liger"
 
@@ -62,8 +63,11 @@ SMOKE_OPS = ("liger-softmax", "liger-rope-fwd-bwd")
 SMOKE_CAP = 1024  # elements: the entries' CPU-size shapes
 
 
-def _select(registry: Path, ops: str | None, smoke: bool) -> tuple[list[str], list[str], Path]:
-    """(registered rows, selected entry names, a registry of the selected entries)."""
+def _select(
+    registry: Path, ops: str | None, smoke: bool, subset: Path
+) -> tuple[list[str], list[str], Path]:
+    """(registered rows, selected entry names, a registry of the selected entries, made
+    at ``subset``)."""
     scan = scan_registry(registry)
     rows = [f"| {s.name} | yes | {s.space_size() if s.knobs else 0} |" for s in scan.entries]
     for directory, problems in scan.invalid.items():
@@ -73,7 +77,7 @@ def _select(registry: Path, ops: str | None, smoke: bool) -> tuple[list[str], li
     if ops:
         wanted = {o if o.startswith("liger-") else f"liger-{o}" for o in ops.split(",")}
     chosen = [s for s in scan.entries if wanted is None or s.name in wanted]
-    subset = Path(tempfile.mkdtemp(prefix="liger-bench-"))
+    subset.mkdir(parents=True)
     for spec in chosen:
         shutil.copytree(spec.directory, subset / spec.directory.name)
         if smoke:  # Triton's interpreter emulates bfloat16 with stray NaNs: float32 on the CPU
@@ -176,57 +180,60 @@ def remeasure(registry: Path, state: Path, smoke: bool) -> None:
     bandwidth = _copy_bandwidth(gpu)
     print(json.dumps({"copy_bandwidth": bandwidth}), flush=True)
     store = SqliteStore(state / "ktuned.sqlite")
-    loader = ModuleLoader(Path(tempfile.mkdtemp(prefix="liger-remeasure-")))
-    for spec in scan_registry(registry).entries:
-        best = store.best(spec.name)
-        if best is None:
-            print(json.dumps({"entry": spec.name, "error": "no successful evaluation"}))
-            continue
-        source = store.source(best.source_hash) or spec.module_source
-        payload, source, best_knobs = _runnable(kernel_payload(spec), source, best.knobs)
-        shown = dict(best.knobs)  # as the store records them
-        key, extra = entry_key(payload), payload["extra_files"]
-        package = str(payload.get("package") or "")  # a copy of Liger's own module
-        original = loader.load(
-            spec.module_source, directory_key=key, extra_files=extra, package=package
-        )
-        tuned_module = loader.load(source, directory_key=key, extra_files=extra, package=package)
-        entry = loader.load(  # the entry's module: inputs and eager
-            spec.entry_source or spec.module_source, directory_key=key, extra_files=extra
-        )
-        shipped = entry_call(original, payload, role="launcher")
-        tuned = entry_call(tuned_module, payload, role="launcher")
-        forward_only = CallFields(outputs=spec.outputs)
-        names = shipped.parameters()
-        eager = EntryCall(
-            target=resolve(entry, "eager", "eager"),
-            fields=CallFields(backward=spec.backward),
-            role="reference",
-            names=names,
-        )
-        forward = EntryCall(target=shipped.target, fields=forward_only, role="launcher")
-        make_inputs = resolve(entry, spec.inputs, "inputs")
-        shapes = spec.perf_shapes if gpu else (min(spec.shapes, key=lambda s: s.size()),)
-        base_knobs = dict(payload["baseline_knobs"])
-        for shape in shapes:
-            for dtype_name in spec.dtypes:
-                dims = dict(shape.dims)
-                inputs = make_inputs(dims, getattr(torch, dtype_name), device, 0)
-                calls = {
-                    "tuned": functools.partial(_run, tuned.at(dims), best_knobs),
-                    "shipped": functools.partial(_run, shipped.at(dims), base_knobs),
-                    "eager": functools.partial(_run, eager.at(dims), {}),
-                    "forward": functools.partial(_run, forward.at(dims), base_knobs),
-                }
-                found = _measure_case(calls, inputs, bool(spec.backward), gpu, settings)
-                found["bytes"] += 2 * _copied_bytes(spec.outputs, spec.backward, names, inputs)
-                found.update(
-                    entry=spec.name, shape=shape.label(), dtype=dtype_name, best_knobs=shown
-                )
-                print(json.dumps(found), flush=True)
-                del inputs
-                if gpu:
-                    torch.cuda.empty_cache()
+    with tempfile.TemporaryDirectory(prefix="liger-remeasure-") as modules:
+        loader = ModuleLoader(Path(modules))
+        for spec in scan_registry(registry).entries:
+            best = store.best(spec.name)
+            if best is None:
+                print(json.dumps({"entry": spec.name, "error": "no successful evaluation"}))
+                continue
+            source = store.source(best.source_hash) or spec.module_source
+            payload, source, best_knobs = _runnable(kernel_payload(spec), source, best.knobs)
+            shown = dict(best.knobs)  # as the store records them
+            key, extra = entry_key(payload), payload["extra_files"]
+            package = str(payload.get("package") or "")  # a copy of Liger's own module
+            original = loader.load(
+                spec.module_source, directory_key=key, extra_files=extra, package=package
+            )
+            tuned_module = loader.load(
+                source, directory_key=key, extra_files=extra, package=package
+            )
+            entry = loader.load(  # the entry's module: inputs and eager
+                spec.entry_source or spec.module_source, directory_key=key, extra_files=extra
+            )
+            shipped = entry_call(original, payload, role="launcher")
+            tuned = entry_call(tuned_module, payload, role="launcher")
+            forward_only = CallFields(outputs=spec.outputs)
+            names = shipped.parameters()
+            eager = EntryCall(
+                target=resolve(entry, "eager", "eager"),
+                fields=CallFields(backward=spec.backward),
+                role="reference",
+                names=names,
+            )
+            forward = EntryCall(target=shipped.target, fields=forward_only, role="launcher")
+            make_inputs = resolve(entry, spec.inputs, "inputs")
+            shapes = spec.perf_shapes if gpu else (min(spec.shapes, key=lambda s: s.size()),)
+            base_knobs = dict(payload["baseline_knobs"])
+            for shape in shapes:
+                for dtype_name in spec.dtypes:
+                    dims = dict(shape.dims)
+                    inputs = make_inputs(dims, getattr(torch, dtype_name), device, 0)
+                    calls = {
+                        "tuned": functools.partial(_run, tuned.at(dims), best_knobs),
+                        "shipped": functools.partial(_run, shipped.at(dims), base_knobs),
+                        "eager": functools.partial(_run, eager.at(dims), {}),
+                        "forward": functools.partial(_run, forward.at(dims), base_knobs),
+                    }
+                    found = _measure_case(calls, inputs, bool(spec.backward), gpu, settings)
+                    found["bytes"] += 2 * _copied_bytes(spec.outputs, spec.backward, names, inputs)
+                    found.update(
+                        entry=spec.name, shape=shape.label(), dtype=dtype_name, best_knobs=shown
+                    )
+                    print(json.dumps(found), flush=True)
+                    del inputs
+                    if gpu:
+                        torch.cuda.empty_cache()
     store.close()
 
 
@@ -256,9 +263,14 @@ def main() -> int:
         remeasure(args.registry, args.state_dir, args.smoke)
         return 0
 
+    with state_dir(None, prefix="liger-bench-") as scratch:  # removed at the end
+        return _bench(args, scratch)
+
+
+def _bench(args: argparse.Namespace, scratch: Path) -> int:
     started = time.monotonic()
-    rows, chosen, subset = _select(args.registry, args.ops, args.smoke)
-    state = args.state_dir or Path(tempfile.mkdtemp(prefix="liger-bench-state-"))
+    rows, chosen, subset = _select(args.registry, args.ops, args.smoke, scratch / "registry")
+    state = args.state_dir or scratch / "state"
     store = SqliteStore(state / "ktuned.sqlite")
     evaluation = EvaluationSettings(
         interpreter=args.smoke,

@@ -14,11 +14,11 @@ A kernel counts as reached when at least one knob reaches one of its launches. U
 
     python bench/liger_discovery.py                      # liger_kernel.ops, before 29f6386
     python bench/liger_discovery.py --package liger_kernel.ops --before main
+    python bench/liger_discovery.py --smoke             # this tree's discovery only (no git)
 """
 
 from __future__ import annotations
 
-import argparse
 import ast
 import importlib.util
 import subprocess
@@ -26,6 +26,10 @@ import sys
 import types
 from pathlib import Path
 
+if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.harness import bench_parser
 from tuned.registry.discovery import discover_source
 from tuned.registry.kernel_facts import kernel_facts
 from tuned.registry.kernel_sources import imported_kernels, launched_name
@@ -88,7 +92,8 @@ def measure(path: Path, old: types.ModuleType | None) -> dict[str, object]:
     launchers = {n: f for n, f in functions.items() if n not in kernels and _launches(f, kernels)}
     sites = sum(len(_launches(f, kernels)) for f in launchers.values())
     launched = {k for f in launchers.values() for k in _launches(f, kernels)}
-    before_fns, after_fns, reached = 0, 0, set()
+    before_fns, after_fns = 0, 0
+    reached: set[str] = set()
     outline = outline_module(source, path, Problems(path))
     for name, fn in launchers.items():
         if (
@@ -130,7 +135,7 @@ def measure(path: Path, old: types.ModuleType | None) -> dict[str, object]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__)
     parser.add_argument(
         "--package",
         action="append",
@@ -139,14 +144,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--before", default=BEFORE, help="git revision of the old discovery")
     args = parser.parse_args(argv)
+    if args.smoke:  # this tree's discovery alone (no git), one module
+        args.before = None
     packages = args.package or ["liger_kernel.ops", "liger_kernel.ops.backends._triton"]
     top = importlib.util.find_spec(packages[0].split(".")[0])  # not executed: located only
     if top is None or not top.submodule_search_locations:
         print(f"{packages[0]} is not installed (pip install liger-kernel==0.8.5)")
         return 2
     base = Path(next(iter(top.submodule_search_locations))).parent
-    old = _old_discovery(args.before)
-    if old is None:
+    old = None if args.before is None else _old_discovery(args.before)
+    if old is None and args.before is not None:
         print(f"(git cannot show {args.before}: the before column is empty)", file=sys.stderr)
     paths = [
         path for package in packages for path in (base / package.replace(".", "/")).glob("*.py")

@@ -2,6 +2,7 @@
 
     python bench/lookahead_replay.py [--spaces DIR|FILE ...] [--lookahead 1,2,4,8,17]
         [--seeds N] [--target 0.99] [--cap N]
+    python bench/lookahead_replay.py --smoke     # the tests' small recorded space, seconds
 
 The compile pool hides compile latency by compiling candidates the policy proposed before
 the results of those ahead of them are known (:mod:`tuned.pipeline`). The deeper that
@@ -16,7 +17,6 @@ A run that reaches ``--cap`` evaluations without it counts as ``cap`` (and is re
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -26,25 +26,18 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fleet_replay import (  # noqa: E402
-    compiled_at_once,
-    optimum_s,
-    replay_caches,
-    replay_campaign,
-)
-
-from policies import DEFAULT_POLICY  # noqa: E402
-from tuned.evaluation.client import EvaluationSettings  # noqa: E402
-from tuned.evaluation.compile_pool import Precompiled  # noqa: E402
-from tuned.outcomes import Candidate, Outcome  # noqa: E402
-from tuned.pipeline import CampaignPipeline, PipelineSettings  # noqa: E402
-from tuned.registry import KernelSpec  # noqa: E402
-
-DEFAULT_SPACES = [ROOT.parent / "shared" / "benchdata", ROOT / "bench" / "data"]
+from bench.fleet_replay import compiled_at_once, replay_campaign
+from bench.harness import bench_parser
+from bench.harness.spaces import BUNDLED_SPACES, SMOKE_SPACE, optimum_s, replay_caches
+from policies import DEFAULT_POLICY
+from tuned.evaluation.client import EvaluationSettings
+from tuned.evaluation.compile_pool import Precompiled
+from tuned.outcomes import Candidate, Outcome
+from tuned.pipeline import CampaignPipeline, PipelineSettings
+from tuned.registry import KernelSpec
 
 
 class InstantPool:
@@ -119,8 +112,8 @@ def run_one(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--spaces", nargs="+", type=Path, default=DEFAULT_SPACES)
+    parser = bench_parser(__doc__)
+    parser.add_argument("--spaces", nargs="+", type=Path, default=BUNDLED_SPACES)
     parser.add_argument("--lookahead", default="1,2,4,8,17")
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--target", type=float, default=0.99)
@@ -133,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         help="speculative compiles per proposed candidate (0: none); reported: hit rate",
     )
     args = parser.parse_args(argv)
+    if args.smoke:  # the tests' small real space, two depths, one seed
+        args.spaces, args.lookahead, args.seeds, args.cap = [SMOKE_SPACE], "1,4", 1, 20
     caches = replay_caches(parser, args.spaces)
     depths = [int(k) for k in args.lookahead.split(",")]
     print(

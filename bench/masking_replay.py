@@ -10,6 +10,8 @@ Three steps; the first two need the GPU, the replay runs anywhere (and in CI on 
         --sweep sweeps/softmax.json --out profiles/softmax.json
     # 3. replay the daemon's loop on the recorded tables
     python bench/masking_replay.py replay --sweeps sweeps --profiles profiles --seeds 20
+    # or, on the CPU in seconds, the replay of a synthetic table (checks the code, no result)
+    python bench/masking_replay.py --smoke
 
 The replay runs the hierarchical policy exactly as :class:`tuned.search.Campaign` does:
 baseline first (the entry's declared knobs), then ``suggest`` -> recorded time -> ``observe``.
@@ -38,7 +40,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
+import itertools
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -50,27 +54,20 @@ from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # K-means on a few points: one thread
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from policies import HierarchicalPolicy, SearchSpace, Trial  # noqa: E402
-from policies.masks import MaskSettings  # noqa: E402
+from bench.harness import ROOT, bench_parser
+from policies import HierarchicalPolicy, SearchSpace, Trial
+from policies.masks import MaskSettings
+from profilers.ncu import DURATION, OCCUPANCY, SOL_DRAM, SOL_L1, SOL_L2, SOL_MEMORY, SOL_SM
 
 ARMS = {"masked": MaskSettings(), "unmasked": MaskSettings(sm=1.0, dram=1.0, l2=1.0)}
 #: Few metrics: one or two replay passes per launch, so hundreds of configurations fit in
 #: one ncu run of a few minutes.
-RECORD_METRICS = (
-    "gpu__time_duration.sum",
-    "sm__throughput.avg.pct_of_peak_sustained_elapsed",
-    "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
-    "dram__throughput.avg.pct_of_peak_sustained_elapsed",
-    "lts__throughput.avg.pct_of_peak_sustained_elapsed",
-    "l1tex__throughput.avg.pct_of_peak_sustained_active",
-    "sm__warps_active.avg.pct_of_peak_sustained_active",
-)
+RECORD_METRICS = (DURATION, SOL_SM, SOL_MEMORY, SOL_DRAM, SOL_L2, SOL_L1, OCCUPANCY)
 
 
 def _key(knobs: Mapping[str, Any]) -> str:
@@ -207,6 +204,31 @@ def replay(
     return rows
 
 
+def toy_table() -> Table:
+    """A synthetic softmax-like space (block size, warps, stages: a smooth bowl with its
+    optimum at 2048 x 8 warps) whose every configuration saturates L2 and leaves the SM
+    idle: what ``--smoke`` replays."""
+    knobs: dict[str, tuple[Any, ...]] = {
+        "BLOCK_SIZE": (256, 512, 1024, 2048, 4096, 8192),
+        "num_warps": (2, 4, 8, 16),
+        "num_stages": (1, 2, 3, 4),
+    }
+    times: dict[str, float | None] = {}
+    profiles: dict[str, dict[str, float]] = {}
+    for block, warps, stages in itertools.product(*knobs.values()):
+        config = {"BLOCK_SIZE": block, "num_warps": warps, "num_stages": stages}
+        b, w = math.log2(block), math.log2(warps)
+        times[_key(config)] = 1e-4 * (1 + 0.1 * (b - 11) ** 2 + 0.2 * (w - 3) ** 2 + 0.02 * stages)
+        profiles[_key(config)] = {"sol_l2": 0.9, "sol_dram": 0.5, "sol_sm": 0.1}
+    return Table(
+        kernel="toy",
+        knobs=knobs,
+        baseline={"BLOCK_SIZE": 256, "num_warps": 2, "num_stages": 1},
+        times=times,
+        metrics=profiles,
+    )
+
+
 def print_rows(rows: Sequence[dict[str, Any]], budget: int, quality: float) -> None:
     print(f"evaluations to {quality:.0%} of the best (budget {budget}, baseline included)")
     print(
@@ -325,8 +347,8 @@ def record(entry: Path, sweep: Path, out: Path, ncu: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = bench_parser(__doc__)
+    sub = parser.add_subparsers(dest="command")
     rec = sub.add_parser("record", help="profile every valid configuration of a sweep (GPU)")
     rec.add_argument("--entry", type=Path, required=True)
     rec.add_argument("--sweep", type=Path, required=True)
@@ -343,6 +365,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     rep.add_argument("--quality", type=float, default=0.95)
     rep.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args(argv)
+    if args.smoke:  # the replay on a synthetic table (the GPU tables are bench data)
+        smoke_rows = replay([toy_table()], seeds=2, budget=30, quality=0.95)
+        print_rows(smoke_rows, 30, 0.95)
+        return 0
+    if args.command is None:
+        parser.error("a command is required: record, replay (or --smoke)")
     if args.command == "target":
         return target(args.entry, args.sweep)
     if args.command == "record":

@@ -15,7 +15,6 @@ Needs as many NVIDIA GPUs of one model as ``--gpus``.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import threading
@@ -23,16 +22,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tuned.evaluation.client import GPU_SPARES, EvaluationSettings, WorkerClient  # noqa: E402
-from tuned.evaluation.compile_pool import default_compile_workers  # noqa: E402
-from tuned.pipeline import pipeline_for  # noqa: E402
-from tuned.registry import load_entry  # noqa: E402
-from tuned.search import Campaign, TuneSettings  # noqa: E402
-from tuned.store import SqliteStore  # noqa: E402
+from bench.harness import ROOT, write_json
+from tuned.evaluation.client import GPU_SPARES, EvaluationSettings, WorkerClient
+from tuned.evaluation.compile_pool import default_compile_workers
+from tuned.pipeline import pipeline_for
+from tuned.registry import load_entry
+from tuned.search import Campaign, TuneSettings
+from tuned.store import SqliteStore
 
 
 class GpuProcesses:
@@ -191,8 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     if one and many and args.gpus > 1:
         mean = sum(many) / len(many) / (sum(one) / len(one))
         print(f"speed-up ({args.gpus} GPUs over 1, mean of runs): {mean:.2f}x")
-    if args.out:
-        args.out.write_text(json.dumps(results, indent=2, default=str))
+    write_json(args.out, results, indent=2)
     return 0
 
 

@@ -25,28 +25,14 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-METRICS = [
-    "gpu__time_duration.sum",
-    "sm__throughput.avg.pct_of_peak_sustained_elapsed",
-    "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
-    "dram__throughput.avg.pct_of_peak_sustained_elapsed",
-    "lts__throughput.avg.pct_of_peak_sustained_elapsed",
-    "l1tex__throughput.avg.pct_of_peak_sustained_active",
-    "sm__warps_active.avg.pct_of_peak_sustained_active",
-    "launch__registers_per_thread",
-    "launch__shared_mem_per_block_static",
-    "launch__shared_mem_per_block_dynamic",
-    "launch__block_size",
-    "launch__grid_size",
-    "lts__t_sector_hit_rate.pct",
-    "l1tex__t_sector_hit_rate.pct",
-    "dram__bytes.sum",
-    "smsp__inst_executed.sum",
-    "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio",
-]
+from bench.harness import ROOT
+from profilers.ncu import DEFAULT_METRICS
+
+#: ktuned's profiler's own list (the production invocation).
+METRICS = DEFAULT_METRICS
 
 
 def jit_names(source: str) -> list[str]:

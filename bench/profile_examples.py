@@ -22,17 +22,17 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from profilers.classify import classify, roofline_point  # noqa: E402
-from profilers.ncu import Profile, ProfileStatus  # noqa: E402
-from tuned.outcomes import Candidate, Provenance  # noqa: E402
-from tuned.profiling import HardwareFeedback  # noqa: E402
-from tuned.registry import scan_registry  # noqa: E402
-from tuned.settings import ProfilingConfig  # noqa: E402
-from tuned.store.sqlite import SqliteStore  # noqa: E402
+from bench.harness import ROOT, require_gpu
+from profilers.classify import classify, roofline_point
+from profilers.ncu import Profile, ProfileStatus
+from tuned.outcomes import Candidate, Provenance
+from tuned.profiling import HardwareFeedback
+from tuned.registry import scan_registry
+from tuned.settings import ProfilingConfig
+from tuned.store.sqlite import SqliteStore
 
 
 def _pct(value: float | None) -> str:
@@ -46,12 +46,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
-    import torch
-
-    if not torch.cuda.is_available():
-        print("needs a CUDA GPU", file=sys.stderr)
-        return 2
-    model = torch.cuda.get_device_name()
+    model = require_gpu(parser, what="profile_examples.py")
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="ktuned-profile-") as tmp:
         store = SqliteStore(Path(tmp) / "ktuned.sqlite")

@@ -36,17 +36,13 @@ import json
 import math
 import random
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from profilers.timing import TimingSettings  # noqa: E402
+from bench.harness import fmt_s
+from profilers.timing import TimingSettings
 
 REFEREE_TOP = 8  # the referee times the union of (a)'s and (b)'s this many fastest
 REFEREE_TARGET_MS = 50.0  # timed duration per configuration and round (do_bench's default is 100)
@@ -56,17 +52,6 @@ REFEREE_SEED = 0  # the rounds' random orders
 def key(config: dict[str, Any]) -> str:
     """A configuration's identity in every table: its JSON, keys sorted."""
     return json.dumps(config, sort_keys=True)
-
-
-def fmt(seconds: float | None) -> str:
-    """Seconds as printed in the tables (s, ms or us; ``-`` for none or NaN)."""
-    if seconds is None or math.isnan(seconds):
-        return "-"
-    if seconds >= 1:
-        return f"{seconds:.1f} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.3g} ms"
-    return f"{seconds * 1e6:.3g} us"
 
 
 def referee_set(
@@ -203,7 +188,7 @@ def print_referee(s: dict[str, Any]) -> None:
     print(
         f"\nReferee: {s['referee_configurations']} configurations ((a)'s and (b)'s top "
         f"{REFEREE_TOP}), {s['referee_rounds']} rounds in random orders, "
-        f"{fmt(s['referee_wall_s'])} with its process start, "
+        f"{fmt_s(s['referee_wall_s'])} with its process start, "
         f"{s['referee_new_cache_files']} new Triton cache files"
     )
     print(
@@ -217,8 +202,9 @@ def print_referee(s: dict[str, Any]) -> None:
             else f"{row['round_min']:.3f}..{row['round_max']:.3f}"
         )
         print(
-            f"{knobs_label(row['knobs']):<34} {fmt(row['referee_s']):>9} {ratio(row['ratio']):>7} "
-            f"{ratio(row['serial_ratio']):>7} {ratio(row['pipelined_ratio']):>7}  {spread}"
+            f"{knobs_label(row['knobs']):<34} {fmt_s(row['referee_s']):>9} "
+            f"{ratio(row['ratio']):>7} {ratio(row['serial_ratio']):>7} "
+            f"{ratio(row['pipelined_ratio']):>7}  {spread}"
         )
     print(
         f"(a)'s best is the referee's best: {s['serial_best_is_referee_best']}; "

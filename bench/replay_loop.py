@@ -2,6 +2,7 @@
 
     python bench/replay_loop.py --cache FILE [FILE ...] --budget N --seeds K
                                 [--noise none|recorded] [--policy NAME] [--jobs J]
+    python bench/replay_loop.py --smoke      # the tests' small recorded space, one short loop
 
 For each cache file (a Kernel Tuner cache, e.g. ``../shared/benchdata/*.json.gz``) and seed,
 a registry holding one replay entry (``kind: replay``, ``seed`` = the seed, so the baseline is
@@ -23,7 +24,6 @@ over seeds:
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import sys
@@ -38,17 +38,19 @@ import numpy as np
 # K-means on a few hundred points is fastest on one thread (see search_replay.py).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from policies import DEFAULT_POLICY, POLICIES, KnobValue  # noqa: E402
-from tuned.evaluation import EvaluationSettings  # noqa: E402
-from tuned.outcomes import Outcome  # noqa: E402
-from tuned.registry.replay import read_cache  # noqa: E402
-from tuned.search import TuneSettings  # noqa: E402
-from tuned.store import SqliteStore  # noqa: E402
-from tuned.tuning import tune_registry  # noqa: E402
+
+from bench.harness import bench_parser, print_table
+from bench.harness.spaces import SMOKE_SPACE, write_replay_entry
+from policies import DEFAULT_POLICY, POLICIES, KnobValue
+from tuned.evaluation import EvaluationSettings
+from tuned.outcomes import Outcome
+from tuned.registry.replay import read_cache
+from tuned.search import TuneSettings
+from tuned.store import SqliteStore
+from tuned.tuning import tune_registry
 
 Job = tuple[str, int, int, str, str]
 
@@ -60,16 +62,12 @@ def run_one(job: Job) -> tuple[str, float, float, float, float]:
     t_opt = cache.optimum_ms()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ktuned-replay-") as tmp:
-        entry = Path(tmp) / "registry" / "space"
-        entry.mkdir(parents=True)
-        (entry / "kernel.yaml").write_text(
-            f"name: space\nkind: replay\ncache: {Path(cache_path).resolve()}\n"
-            f"noise: {noise}\nseed: {seed}\n"
-        )
+        registry = Path(tmp) / "registry"
+        write_replay_entry(registry, Path(cache_path), seed, name="space", noise=noise)
         store = SqliteStore(Path(tmp) / "ktuned.sqlite")
         try:
             report = tune_registry(
-                entry.parent,
+                registry,
                 store=store,
                 state_dir=Path(tmp),
                 settings=TuneSettings(budget=budget - 1, policy=policy, seed=seed),
@@ -97,14 +95,18 @@ def run_one(job: Job) -> tuple[str, float, float, float, float]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cache", type=Path, nargs="+", required=True, help="cache file(s)")
+    parser = bench_parser(__doc__)
+    parser.add_argument("--cache", type=Path, nargs="+", help="cache file(s) (required)")
     parser.add_argument("--budget", type=int, default=50, help="distinct evaluations (N)")
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--noise", choices=("none", "recorded"), default="none")
     parser.add_argument("--policy", default=DEFAULT_POLICY, choices=sorted(POLICIES))
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args(argv)
+    if args.smoke:  # the tests' small real space, one short loop in this process
+        args.cache, args.budget, args.seeds, args.jobs = [SMOKE_SPACE], 6, 1, 1
+    if not args.cache:
+        parser.error("the following arguments are required: --cache")
     logging.basicConfig(level=logging.WARNING)
     if args.budget < 2:
         parser.error("--budget must be at least 2 (the baseline and one candidate)")
@@ -132,15 +134,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"# full loop, policy {args.policy}, {args.budget} distinct evaluations, "
         f"noise {args.noise}, mean over {args.seeds} seeds"
     )
-    print("| space | shipped | found | absent | s/run |")
-    print("| --- | --- | --- | --- | --- |")
-    means = []
-    for name, rows in by_space.items():
-        mean = np.mean(rows, axis=0)
-        means.append(mean)
-        print(f"| {name} | {mean[0]:.3f} | {mean[1]:.3f} | {mean[2]:.2f} | {mean[3]:.1f} |")
-    total = np.mean(means, axis=0)
-    print(f"| **mean** | {total[0]:.3f} | {total[1]:.3f} | {total[2]:.2f} | {total[3]:.1f} |")
+    means = {name: np.mean(rows, axis=0) for name, rows in by_space.items()}
+    means["**mean**"] = np.mean(list(means.values()), axis=0)
+    print_table(
+        ("space", "shipped", "found", "absent", "s/run"),
+        [
+            (name, f"{m[0]:.3f}", f"{m[1]:.3f}", f"{m[2]:.2f}", f"{m[3]:.1f}")
+            for name, m in means.items()
+        ],
+    )
     print(f"# {len(jobs)} runs in {elapsed:.1f} s with {args.jobs} worker(s)")
     return 0
 

@@ -19,7 +19,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.harness import ROOT
 
 #: Modules a user's ``load`` must not import (docs/architecture.md, the runtime's layer).
 FORBIDDEN = (
@@ -55,11 +58,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--state-dir", type=Path)
     args = parser.parse_args()
-    sys.path.insert(0, str(ROOT / "bench"))
     with tempfile.TemporaryDirectory(prefix="ktuned-import-") as tmp:
         state = args.state_dir
         if state is None:
-            from runtime_overhead import tune_vector_add
+            from bench.runtime_overhead import tune_vector_add
 
             state = Path(tmp)
             tune_vector_add(state, interpreter=os.environ.get("TRITON_INTERPRET") == "1")

@@ -37,8 +37,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.harness import ROOT
 
 EXAMPLES = ROOT / "examples" / "registry"
 KERNELS = ("rms_norm", "layer_norm", "matmul", "swiglu", "vector_add")

@@ -1,6 +1,7 @@
 """Per-call overhead of ``tuned.runtime.load`` against calling the launcher directly.
 
     python bench/runtime_overhead.py [--state-dir DIR] [--calls 20000]
+    python bench/runtime_overhead.py --smoke     # CPU, interpreter, a few calls: runs, no result
 
 Three figures, each the median over ``--repeats`` runs of ``--calls`` calls, interleaved so that
 drift hits both sides alike:
@@ -19,7 +20,6 @@ state directory. Figures are labelled with the device they were measured on.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
@@ -28,11 +28,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tuned.runtime import current_fingerprint, load  # noqa: E402
-from tuned.runtime.standalone import Bucket, ShapeModel, TunedKernel, Variant  # noqa: E402
+from bench.harness import ROOT, bench_parser, interpreter_for_smoke
+from tuned.runtime import current_fingerprint, load
+from tuned.runtime.standalone import Bucket, ShapeModel, TunedKernel, Variant
 
 
 def per_call(fn: Callable[[], Any], calls: int) -> float:
@@ -74,14 +75,17 @@ def tune_vector_add(state: Path, interpreter: bool) -> None:
         store.close()
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = bench_parser(__doc__)
     parser.add_argument("--state-dir", type=Path, default=None)
     parser.add_argument("--calls", type=int, default=20000, help="calls per run (wrappers)")
     parser.add_argument("--launch-calls", type=int, default=0, help="calls per run (e2e)")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--n", type=int, default=1 << 20, help="vector_add size (GPU)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    interpreter_for_smoke(args.smoke)
+    if args.smoke:  # a few calls of each
+        args.calls, args.launch_calls, args.repeats = 200, min(args.launch_calls, 2), 2
 
     import torch
 

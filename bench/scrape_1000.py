@@ -1,6 +1,7 @@
 """How long a Prometheus scrape of ktuned takes with 1,000 registered kernels.
 
     python bench/scrape_1000.py [--kernels 1000] [--evaluations 6] [--scrapes 30]
+    python bench/scrape_1000.py --smoke      # 5 kernels, 3 scrapes: runs, no result
 
 Builds a store with N kernels (each: a baseline, E-1 candidates with a mix of outcomes and
 phase timings, an accepted best), serves it with the daemon's own collector and HTTP server
@@ -16,21 +17,22 @@ import dataclasses
 import os
 import statistics
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from prometheus_client import CollectorRegistry, ProcessCollector  # noqa: E402
 
-from tests.conftest import ADD_SOURCE, ADD_YAML  # noqa: E402
-from tuned.metrics import GpuLabels, LiveStatus, MetricsServer, StoreCollector  # noqa: E402
-from tuned.outcomes import Candidate, EvalResult, Outcome, Provenance  # noqa: E402
-from tuned.registry import load_entry  # noqa: E402
-from tuned.store.sqlite import SqliteStore  # noqa: E402
+from prometheus_client import CollectorRegistry, ProcessCollector
+
+from bench.harness import bench_parser, state_dir
+from tests.conftest import ADD_SOURCE, ADD_YAML
+from tuned.metrics import GpuLabels, LiveStatus, MetricsServer, StoreCollector
+from tuned.outcomes import Candidate, EvalResult, Outcome, Provenance
+from tuned.registry import load_entry
+from tuned.store.sqlite import SqliteStore
 
 OUTCOMES = (Outcome.OK, Outcome.OK, Outcome.OK, Outcome.COMPILE_ERROR, Outcome.INCORRECT)
 
@@ -88,13 +90,19 @@ def build(path: Path, kernels: int, evaluations: int) -> SqliteStore:
     return store
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = bench_parser(__doc__)
     parser.add_argument("--kernels", type=int, default=1000)
     parser.add_argument("--evaluations", type=int, default=6, help="per kernel, baseline included")
     parser.add_argument("--scrapes", type=int, default=30)
-    args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="ktuned-scrape-"))
+    args = parser.parse_args(argv)
+    if args.smoke:  # 5 kernels, a few scrapes
+        args.kernels, args.scrapes = 5, 3
+    with state_dir(None, prefix="ktuned-scrape-") as work:
+        return _measure(args, work)
+
+
+def _measure(args: argparse.Namespace, work: Path) -> int:
     t0 = time.perf_counter()
     store = build(work / "ktuned.sqlite", args.kernels, args.evaluations)
     built = time.perf_counter() - t0

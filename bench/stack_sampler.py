@@ -60,7 +60,7 @@ class StackSampler:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
-            frame = sys._current_frames().get(self._ident)
+            frame = None if self._ident is None else sys._current_frames().get(self._ident)
             if frame is None:
                 continue
             self.samples += 1

@@ -2,6 +2,7 @@
 
     python bench/step_overhead.py [--evaluations 60] [--seed 0] [--workers 15]
         [--speculate 4] [--space bench/data/matmul_H100.json.gz] [--top 25] [--shm]
+    python bench/step_overhead.py --smoke    # 6 evaluations per case: runs, no result
 
 On the H100 (``bench/throughput.py`` (c)), consecutive evaluations of the default policy
 through :class:`~tuned.pipeline.CampaignPipeline` are 0.40-0.50 s apart while the worker
@@ -29,7 +30,6 @@ no decision, and no speculation, changed).
 
 from __future__ import annotations
 
-import argparse
 import cProfile
 import hashlib
 import io
@@ -46,21 +46,21 @@ from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fleet_replay import compiled_at_once, replay_campaign  # noqa: E402
+from bench.fleet_replay import compiled_at_once, replay_campaign
+from bench.harness import ROOT, bench_parser
+from bench.harness.spaces import MATMUL_H100
+from policies import DEFAULT_POLICY
+from tuned.evaluation.client import EvaluationSettings
+from tuned.evaluation.compile_pool import Precompiled
+from tuned.evaluation.replay import ReplayClient
+from tuned.outcomes import Candidate, EvalResult
+from tuned.pipeline import CampaignPipeline, PipelineSettings
+from tuned.registry import KernelSpec
 
-from policies import DEFAULT_POLICY  # noqa: E402
-from tuned.evaluation.client import EvaluationSettings  # noqa: E402
-from tuned.evaluation.compile_pool import Precompiled  # noqa: E402
-from tuned.evaluation.replay import ReplayClient  # noqa: E402
-from tuned.outcomes import Candidate, EvalResult  # noqa: E402
-from tuned.pipeline import CampaignPipeline, PipelineSettings  # noqa: E402
-from tuned.registry import KernelSpec  # noqa: E402
-
-DEFAULT_SPACE = ROOT / "bench" / "data" / "matmul_H100.json.gz"
+DEFAULT_SPACE = MATMUL_H100
 
 
 class SteadyPool:
@@ -234,7 +234,7 @@ def _short(path: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--space", type=Path, default=DEFAULT_SPACE)
     parser.add_argument("--evaluations", type=int, default=60)
     parser.add_argument("--seed", type=int, default=0)
@@ -248,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=25, help="cProfile entries to print")
     parser.add_argument("--shm", action="store_true", help="the store in /dev/shm (no fsync)")
     args = parser.parse_args(argv)
+    if args.smoke:  # a few steps of each case
+        args.evaluations, args.top = 6, 5
     print(
         f"{args.space.name}, policy {DEFAULT_POLICY}, seed {args.seed}, "
         f"{args.evaluations} evaluations, store {'in /dev/shm' if args.shm else 'on disk'}, "

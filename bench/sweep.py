@@ -32,8 +32,10 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.harness import ROOT, write_json
 
 _STATE: dict[str, Any] = {}
 
@@ -147,7 +149,7 @@ def sweep(args: argparse.Namespace) -> int:
         "best": best,
         "rows": rows,
     }
-    args.out.write_text(json.dumps(result, indent=1))
+    write_json(args.out, result)
     print(
         f"best {best['knobs']}: {best['retimed'] * 1e6:.1f} us "
         f"(quick timing {best['objective'] * 1e6:.1f} us); "

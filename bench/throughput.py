@@ -58,36 +58,35 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
-from referee import (  # noqa: E402
-    fmt,
+import numpy as np
+
+from bench.harness import ROOT, Stopwatch, require_gpu
+from bench.referee import (
     key,
-    print_referee,
     referee_child,
     referee_set,
-    referee_table,
     referee_times,
     run_referee,
 )
-from stack_sampler import StackSampler  # noqa: E402
-
-from profilers.timing import TimingSettings  # noqa: E402
-from tuned.acceptance import speedup_interval  # noqa: E402
-from tuned.evaluation.client import GPU_SPARES, EvaluationSettings, WorkerClient  # noqa: E402
-from tuned.evaluation.compile_pool import (  # noqa: E402
+from bench.stack_sampler import StackSampler
+from bench.throughput_report import CRITERIA, print_table, summarize
+from profilers.timing import TimingSettings
+from tuned.acceptance import speedup_interval
+from tuned.evaluation.client import GPU_SPARES, EvaluationSettings, WorkerClient
+from tuned.evaluation.compile_pool import (
     CompilePool,
     CompileTarget,
     default_compile_workers,
 )
-from tuned.outcomes import Candidate, EvalResult, Outcome, Provenance  # noqa: E402
-from tuned.pipeline import PipelineSettings, evaluate_ahead, pipeline_for  # noqa: E402
-from tuned.registry import load_entry  # noqa: E402
-from tuned.registry.spec import KernelSpec  # noqa: E402
-from tuned.search import Campaign, TuneSettings  # noqa: E402
-from tuned.store import SqliteStore  # noqa: E402
+from tuned.outcomes import Candidate, EvalResult, Outcome, Provenance
+from tuned.pipeline import PipelineSettings, evaluate_ahead, pipeline_for
+from tuned.registry import load_entry
+from tuned.registry.spec import KernelSpec
+from tuned.search import Campaign, TuneSettings
+from tuned.store import SqliteStore
 
 MATMUL = ROOT / "examples" / "registry" / "matmul"
 
@@ -338,9 +337,6 @@ class RecordingClient(WorkerClient):
         return result
 
 
-CRITERIA = ("referee", "serial_table", "incumbent")
-
-
 def within(times: dict[str, float], knobs: dict[str, Any]) -> bool:
     """Whether ``knobs`` has a time in ``times`` within 1 % of the fastest there."""
     t = times.get(key(knobs))
@@ -377,11 +373,12 @@ def run_policy(
     store = SqliteStore(work / "state" / "ktuned.sqlite")
     store.sync_kernel(spec)
     settings = evaluation_settings(smoke)
-    with RecordingClient(
+    client = RecordingClient(
         workdir=work / "state" / "workers" / "0",
         settings=settings,
         spares=0 if smoke else GPU_SPARES,
-    ) as client:
+    )
+    with client:
         t_start = time.perf_counter()
         fid = store.record_fingerprint(client.start())
         campaign = Campaign(
@@ -465,152 +462,6 @@ def run_policy(
     }
 
 
-# ----------------------------------------------------------------------------- report
-
-
-def summarize(
-    serial: dict[str, Any], piped: dict[str, Any], referee: dict[str, Any], policy: dict[str, Any]
-) -> dict[str, Any]:
-    n = len(serial["rows"])
-    s_times = {key(r["knobs"]): r["time_s"] for r in serial["rows"] if r["time_s"] is not None}
-    p_times = {key(r["knobs"]): r["time_s"] for r in piped["rows"] if r["time_s"] is not None}
-    r_times = referee_times(referee)
-    s_best = min(s_times, key=s_times.__getitem__) if s_times else None
-    p_best = min(p_times, key=p_times.__getitem__) if p_times else None
-    r_best = min(r_times, key=r_times.__getitem__) if r_times else None
-    phases: dict[str, float] = {}
-    for r in piped["rows"]:
-        for phase, seconds in r["phases"].items():
-            phases[phase] = phases.get(phase, 0.0) + seconds
-    worker = sum(phases.get(p, 0.0) for p in ("load", "compile", "correctness", "benchmark"))
-    out: dict[str, Any] = {
-        "configurations": n,
-        "serial_wall_s": serial["wall_s"],
-        "serial_compile_s": sum(r["compile_s"] for r in serial["rows"]),
-        "serial_bench_s": sum(r["bench_s"] for r in serial["rows"]),
-        "serial_configs_per_min": 60.0 * n / serial["wall_s"],
-        "pipelined_wall_s": piped["wall_s"],
-        "pipelined_configs_per_min": 60.0 * n / piped["wall_s"],
-        "speedup": serial["wall_s"] / piped["wall_s"],
-        "serial_best": None if s_best is None else json.loads(s_best),
-        "serial_best_s": None if s_best is None else s_times[s_best],
-        "pipelined_best": None if p_best is None else json.loads(p_best),
-        "pipelined_best_s": None if p_best is None else p_times[p_best],
-        "pipelined_best_by_serial_ratio": None
-        if p_best is None or s_best is None or p_best not in s_times
-        else s_times[p_best] / s_times[s_best],
-        "same_best": s_best == p_best,
-        "pipelined_phase_seconds": phases,
-        "gpu_busy_benchmark_fraction": phases.get("benchmark", 0.0) / piped["wall_s"],
-        "gpu_worker_busy_fraction": worker / piped["wall_s"],
-        "nvml_utilization": piped["nvml_utilization"],
-        "referee_rounds": referee["rounds"],
-        "referee_configurations": len(referee["rows"]),
-        "referee_wall_s": referee["process_wall_s"],
-        "referee_new_cache_files": referee["new_cache_files"],
-        "referee_best": None if r_best is None else json.loads(r_best),
-        "referee_best_s": None if r_best is None else r_times[r_best],
-        "serial_best_is_referee_best": s_best == r_best,
-        "pipelined_best_is_referee_best": p_best == r_best,
-        "referee_table": referee_table(referee, s_times, p_times),
-        "policy_final_incumbent_referee_ratio": policy["incumbent_referee_ratio"],
-        "policy_evaluations": policy["evaluations"],
-        "policy_speculation_hits": policy["speculation_hits"],
-        "policy_speculated": policy["speculated"],
-        "policy_spare_takeovers": policy["spare_takeovers"],
-        "policy_worker_starts": policy["worker_starts"],
-        "policy_phase_seconds": _summed(p["phases"] for p in policy["steps"]),
-        "policy_worker_calls": len(policy["worker_calls"]),
-        "policy_worker_s": sum(c["wall_s"] for c in policy["worker_calls"]),
-        "policy_new_process_calls": [
-            c["wall_s"] for c in policy["worker_calls"] if c["new_process"]
-        ],
-    }
-    # (c)'s three criteria: None where not met before the loop stopped.
-    for name in CRITERIA:
-        hit = policy["reached"][name]
-        out[f"policy_{name}_s"] = None if hit is None else hit["s"]
-        out[f"policy_{name}_fraction"] = None if hit is None else hit["s"] / serial["wall_s"]
-        out[f"policy_{name}_evaluations"] = None if hit is None else hit["evaluations"]
-        out[f"policy_{name}_knobs"] = None if hit is None else hit["knobs"]
-    return out
-
-
-def _summed(phases: Any) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for one in phases:
-        for k, v in one.items():
-            out[k] = out.get(k, 0.0) + v
-    return out
-
-
-def print_table(s: dict[str, Any], device: str) -> None:
-    print(f"\nDevice: {device}; {s['configurations']} configurations of the matmul knob space")
-    print(f"{'sweep':<28} {'wall':>9} {'configs/min':>12} {'best':>10}  best knobs")
-    print("-" * 100)
-    print(
-        f"{'(a) serial, autotuner-style':<28} {fmt(s['serial_wall_s']):>9} "
-        f"{s['serial_configs_per_min']:>12.1f} {fmt(s['serial_best_s']):>10}  {s['serial_best']}"
-    )
-    print(
-        f"{'(b) ktuned pipelined':<28} {fmt(s['pipelined_wall_s']):>9} "
-        f"{s['pipelined_configs_per_min']:>12.1f} {fmt(s['pipelined_best_s']):>10}  "
-        f"{s['pipelined_best']}"
-    )
-    ratio = s["pipelined_best_by_serial_ratio"]
-    print(
-        f"\n(b)/(a) configurations per minute: {s['speedup']:.2f}x; same best: {s['same_best']}"
-        + (
-            ""
-            if ratio is None
-            else f" ((b)'s best is {100 * (ratio - 1):.2f} % from (a)'s best in (a)'s table)"
-        )
-    )
-    print(f"(a) split: compile {fmt(s['serial_compile_s'])}, benchmark {fmt(s['serial_bench_s'])}")
-    nvml = s["nvml_utilization"]
-    print(
-        f"GPU busy during (b): benchmark phases {100 * s['gpu_busy_benchmark_fraction']:.0f} % of "
-        f"the wall, all worker phases {100 * s['gpu_worker_busy_fraction']:.0f} %"
-        + ("" if nvml is None else f", NVML utilization {100 * nvml:.0f} %")
-    )
-    phases = ", ".join(f"{k} {fmt(v)}" for k, v in sorted(s["pipelined_phase_seconds"].items()))
-    print(f"(b) phase seconds, summed: {phases}")
-    print_referee(s)
-    labels = {
-        "referee": "evaluated a configuration within 1 % of the referee's best (the criterion)",
-        "incumbent": "held it: the store's incumbent within 1 % of the referee's best",
-        "serial_table": "old criterion: evaluated one within 1 % of (a)'s best in (a)'s table",
-    }
-    for name, label in labels.items():
-        frac = s[f"policy_{name}_fraction"]
-        print(
-            f"(c) {label}: "
-            + (
-                ("not by the loop's end" if name == "incumbent" else "not reached")
-                if frac is None
-                else f"after {fmt(s[f'policy_{name}_s'])}, {s[f'policy_{name}_evaluations']} "
-                f"evaluations = {100 * frac:.1f} % of (a)'s wall"
-            )
-        )
-    held = s["policy_final_incumbent_referee_ratio"]
-    print(
-        f"(c) the loop stopped after {s['policy_evaluations']} evaluations; its incumbent then: "
-        + ("outside the referee set" if held is None else f"{held:.3f} of the referee's best")
-    )
-    print(
-        f"(c) speculative compiles {s['policy_speculated']}, proposed candidates already "
-        f"compiled {s['policy_speculation_hits']}; worker starts {s['policy_worker_starts']} "
-        f"({s['policy_spare_takeovers']} by the waiting spare)"
-    )
-    phases = ", ".join(f"{k} {fmt(v)}" for k, v in sorted(s["policy_phase_seconds"].items()))
-    print(f"(c) phase seconds, summed: {phases}")
-    fresh = s["policy_new_process_calls"]
-    print(
-        f"(c) worker calls {s['policy_worker_calls']} ({fmt(s['policy_worker_s'])}); "
-        f"first in a new process: {len(fresh)} ({', '.join(fmt(w) for w in fresh)})"
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="JSON of every configuration")
@@ -634,11 +485,7 @@ def main(argv: list[str] | None = None) -> int:
     knobs = SMOKE_KNOBS if args.smoke else GPU_KNOBS
     configs = configurations(knobs, args.configs)
     if not args.smoke:
-        import torch
-
-        if not torch.cuda.is_available():
-            parser.error("no CUDA GPU: run with --smoke on a CPU")
-        device = torch.cuda.get_device_name()
+        device = require_gpu(parser, what="throughput.py")
     else:
         device = "CPU (Triton interpreter; smoke run, not a result)"
     work = args.workdir or Path(tempfile.mkdtemp(prefix="ktuned-throughput-"))
@@ -648,13 +495,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(configs)} configurations, {workers} compile processes, work dir {work}", flush=True
     )
 
-    t = time.perf_counter()
+    watch = Stopwatch()
     serial = run_serial(entry, configs, work / "serial", smoke=args.smoke)
-    print(f"(a) serial sweep done in {time.perf_counter() - t:.0f} s", flush=True)
-    t = time.perf_counter()
+    print(f"(a) serial sweep done in {watch.lap():.0f} s", flush=True)
     piped = run_pipelined(spec, configs, work / "pipelined", workers=workers, smoke=args.smoke)
-    print(f"(b) pipelined sweep done in {time.perf_counter() - t:.0f} s", flush=True)
-    t = time.perf_counter()
+    print(f"(b) pipelined sweep done in {watch.lap():.0f} s", flush=True)
     referee = run_referee(
         referee_set(serial, piped),
         work / "serial",
@@ -663,13 +508,13 @@ def main(argv: list[str] | None = None) -> int:
             "--referee-child", entry, request, out, smoke=args.smoke
         ),
     )
-    print(f"referee done in {time.perf_counter() - t:.0f} s", flush=True)
+    print(f"referee done in {watch.lap():.0f} s", flush=True)
     serial_times = {key(r["knobs"]): r["time_s"] for r in serial["rows"] if r["time_s"] is not None}
     if not serial_times or not referee_times(referee):
         sys.exit(
             f"nothing was timed (see {work}): (a) or the referee failed on every configuration"
         )
-    t = time.perf_counter()
+    watch.lap()
     with StackSampler() if args.sample_stacks else contextlib.nullcontext() as sampler:
         policy = run_policy(
             spec,
@@ -685,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     if sampler is not None:
         args.sample_stacks.write_text(sampler.report(top=60) + "\n")
-    print(f"(c) default policy done in {time.perf_counter() - t:.0f} s", flush=True)
+    print(f"(c) default policy done in {watch.lap():.0f} s", flush=True)
 
     summary = summarize(serial, piped, referee, policy)
     print_table(summary, device)

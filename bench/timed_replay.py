@@ -2,6 +2,7 @@
 
     python bench/timed_replay.py [--space bench/data/matmul4096_H100.json.gz] [--seeds 20]
         [--variants NAME,...] [--workers 15]
+    python bench/timed_replay.py --smoke      # one seed of two variants, stopped early
     python bench/timed_replay.py --from-throughput throughput.json   # rebuild the space
 
 ``bench/throughput.py``'s (c) on the H100 is one draw per seven-minute GPU run, and the
@@ -34,7 +35,6 @@ variants; the GPU run (``bench/throughput.py``) gives the figure.
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import os
@@ -50,23 +50,22 @@ from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-ROOT = Path(__file__).resolve().parents[1]
-for path in (ROOT, ROOT / "bench"):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
+if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fleet_replay import replay_campaign  # noqa: E402
+from bench.fleet_replay import replay_campaign
+from bench.harness import bench_parser, quartiles
+from bench.harness.spaces import MATMUL4096_H100
+from policies import DEFAULT_POLICY
+from tuned.evaluation.client import EvaluationSettings
+from tuned.evaluation.compile_pool import Precompiled
+from tuned.evaluation.replay import ReplayClient
+from tuned.outcomes import Candidate, EvalResult, Outcome, Provenance
+from tuned.pipeline import CampaignPipeline, PipelineSettings
+from tuned.registry import KernelSpec
+from tuned.search import Campaign
 
-from policies import DEFAULT_POLICY  # noqa: E402
-from tuned.evaluation.client import EvaluationSettings  # noqa: E402
-from tuned.evaluation.compile_pool import Precompiled  # noqa: E402
-from tuned.evaluation.replay import ReplayClient  # noqa: E402
-from tuned.outcomes import Candidate, EvalResult, Outcome, Provenance  # noqa: E402
-from tuned.pipeline import CampaignPipeline, PipelineSettings  # noqa: E402
-from tuned.registry import KernelSpec  # noqa: E402
-from tuned.search import Campaign  # noqa: E402
-
-DEFAULT_SPACE = ROOT / "bench" / "data" / "matmul4096_H100.json.gz"
+DEFAULT_SPACE = MATMUL4096_H100
 KNOBS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages")
 WITHIN = 1.01
 
@@ -246,7 +245,7 @@ class TimedClient(ReplayClient):
             cost += GPU_COSTS["baseline"]
         elif result.outcome is Outcome.OK:
             cost += GPU_COSTS["correctness"]
-            theirs = (result.metadata.get("incumbent_samples") or {}).get("recorded")
+            theirs = (result.metadata.get("incumbent_samples") or {}).get("recorded") or []
             mine = result.time_s or 0.0
             screened = bool(theirs) and mine > SCREEN_SLOWER * statistics.median(theirs)
             cost += GPU_COSTS["screened" if screened else "full"]
@@ -345,13 +344,8 @@ def from_throughput(path: Path, out: Path) -> None:
         json.dump(space, f, indent=0, sort_keys=True)
 
 
-def quartiles(values: list[float]) -> str:
-    q = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
-    return f"{statistics.mean(values):5.1f} ({q[0]:.1f}..{q[2]:.1f})"
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--space", type=Path, default=DEFAULT_SPACE)
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--workers", type=int, default=15)
@@ -359,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--from-throughput", type=Path, metavar="JSON")
     args = parser.parse_args(argv)
+    if args.smoke:  # one seed of the first and the default variant, stopped early
+        args.seeds, args.cap, args.variants = 1, 30, "before,default"
     if args.from_throughput:
         from_throughput(args.from_throughput, args.space)
         print(f"wrote {args.space}")

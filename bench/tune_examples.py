@@ -1,7 +1,8 @@
 """Tune the example registry and print a per-kernel results table (markdown).
 
     python bench/tune_examples.py [--registry examples/registry] [--budget 20]
-                                  [--state-dir DIR] [--policy random] [--kernels a,b]
+                                  [--state-dir DIR] [--policy random]
+    python bench/tune_examples.py --smoke    # vector_add, 1 candidate, interpreter, scratch state
 
 Runs exactly what ``ktuned tune`` runs (resumable: a second invocation with the same state
 directory continues), then prints, per kernel: baseline time, best time, speedup, evaluations
@@ -22,16 +23,17 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from profilers.timing import TimingSettings, gpu_median_seconds, wall_median_seconds  # noqa: E402
-from tuned.evaluation.client import EvaluationSettings  # noqa: E402
-from tuned.registry import KernelSpec, scan_registry  # noqa: E402
-from tuned.report import Progress, format_seconds  # noqa: E402
-from tuned.search import CampaignSummary, TuneSettings  # noqa: E402
-from tuned.store.sqlite import SqliteStore  # noqa: E402
-from tuned.tuning import detect_interpreter, tune_registry  # noqa: E402
+from bench.harness import ROOT, bench_parser, state_dir
+from profilers.timing import TimingSettings, gpu_median_seconds, wall_median_seconds
+from tuned.evaluation.client import EvaluationSettings
+from tuned.registry import KernelSpec, scan_registry
+from tuned.report import Progress, format_seconds
+from tuned.search import CampaignSummary, TuneSettings
+from tuned.store.sqlite import SqliteStore
+from tuned.tuning import detect_interpreter, tune_registry
 
 
 def eager_reference_seconds(spec: KernelSpec, timed: list[str], device: str) -> float | None:
@@ -62,14 +64,23 @@ def eager_reference_seconds(spec: KernelSpec, timed: list[str], device: str) -> 
     return math.exp(sum(logs) / len(logs)) if logs else None
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = bench_parser(__doc__)
     parser.add_argument("--registry", type=Path, default=ROOT / "examples" / "registry")
     parser.add_argument("--budget", type=int, default=20)
     parser.add_argument("--state-dir", type=Path, default=ROOT / "ktuned-state" / "bench")
     parser.add_argument("--policy", default="random")
     parser.add_argument("--device", default="auto", choices=("auto", "gpu", "interpreter"))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.smoke:  # vector_add alone, one candidate, in the interpreter, in a scratch state
+        args.device, args.budget = "interpreter", 1
+        args.registry = ROOT / "examples" / "registry" / "vector_add"
+    with state_dir(None if args.smoke else args.state_dir, prefix="ktuned-tune-") as state:
+        args.state_dir = state
+        return _tune(args)
+
+
+def _tune(args: argparse.Namespace) -> int:
 
     interpreter = detect_interpreter(args.device)
     store = SqliteStore(args.state_dir / "ktuned.sqlite")
@@ -92,7 +103,11 @@ def main() -> int:
         progress[0].close()
     wall = time.monotonic() - started
     device = "cpu" if interpreter else "cuda"
-    specs = {s.name: s for s in scan_registry(args.registry).entries}
+    one_entry = (args.registry / "kernel.yaml").exists()  # --registry may name one entry
+    specs = {
+        s.name: s
+        for s in scan_registry(args.registry.parent if one_entry else args.registry).entries
+    }
 
     fp = report.fingerprint
     kind = "interpreter timings (CPU)" if interpreter else "GPU timings (CUDA events, L2 flushed)"

@@ -28,7 +28,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.harness import ROOT
 
 WORKER_PHASES = ("load", "correctness", "benchmark")  # the worker's, compilation excluded
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli.test_cli import ktuned
 from tests.conftest import ADD_SOURCE, ADD_YAML, WriteEntry
-from tests.test_cli import ktuned
 from tuned.evaluation import EvaluationSettings, WorkerClient
 from tuned.outcomes import Candidate, Outcome, Provenance
 from tuned.registry import KernelSpec, load_entry

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli import ktuned
+from tests.cli.test_cli import ktuned
 from tuned.evaluation.worker import ModuleLoader
 from tuned.outcomes import Outcome, Provenance
 from tuned.registry import load_entry

@@ -17,7 +17,7 @@ from tuned.evaluation.shapes import derive_shapes
 from tuned.outcomes import Candidate, Outcome, Provenance
 from tuned.registry import scan_registry
 
-REGISTRY = Path(__file__).resolve().parents[1] / "examples" / "registry"
+REGISTRY = Path(__file__).resolve().parents[2] / "examples" / "registry"
 SCAN = scan_registry(REGISTRY)
 REQUIRED = {"vector_add", "softmax", "layer_norm", "rms_norm", "matmul"}
 

@@ -19,7 +19,7 @@ from tuned.registry.spec import KernelSpec
 from tuned.search import Campaign, TuneSettings
 from tuned.store import SqliteStore
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONV = ROOT / "tests" / "fixtures" / "convolution_A6000_small.json.gz"
 NEW_SEED = 6
 

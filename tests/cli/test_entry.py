@@ -11,7 +11,7 @@ import pytest
 
 from tuned.entry import DAEMON_DEPENDENCIES
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 #: The daemon dependencies ``ktuned report`` imports: the tuner's (imported with tuned.cli) and

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tests.cli.test_cli import ktuned
 from tests.conftest import WriteEntry
-from tests.test_cli import ktuned
 from tuned.outcomes import Outcome, Provenance
 from tuned.store.sqlite import SqliteStore
 

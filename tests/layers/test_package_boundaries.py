@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("tuned", "policies", "profilers", "clustering")
 LIBRARIES = ("policies", "profilers", "clustering")
 
@@ -153,18 +153,30 @@ def _violations(importer: str, forbidden: str, transitively: bool) -> list[str]:
     return out
 
 
+def _direct_imports(importer: str, imported: str) -> list[str]:
+    """``module -> import`` for every module under ``importer`` that imports one under
+    ``imported`` itself."""
+    graph = _graph()
+    return [
+        f"{m} -> {i}"
+        for m in sorted(graph)
+        if _under(m, importer)
+        for i in sorted(graph[m])
+        if _under(i, imported)
+    ]
+
+
 @pytest.mark.parametrize("library", LIBRARIES)
 def test_library_never_imports_tuned(library: str) -> None:
     assert (ROOT / library / "py.typed").exists()
-    graph = _graph()
-    offenders = [
-        f"{m} -> {i}"
-        for m in sorted(graph)
-        if _under(m, library)
-        for i in sorted(graph[m])
-        if _under(i, "tuned")
-    ]
-    assert offenders == []
+    assert _direct_imports(library, "tuned") == []
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_nothing_imports_the_benchmarks(package: str) -> None:
+    """``bench/`` sits on top: it uses ktuned as a user does, and nothing ktuned ships (the
+    wheel has no ``bench``) imports it."""
+    assert _direct_imports(package, "bench") == []
 
 
 def test_runtime_imports_only_store_registry_and_shared_values() -> None:

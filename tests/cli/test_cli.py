@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tests.conftest import WriteEntry, has_gpu
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def ktuned(

@@ -18,15 +18,15 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.cli.test_cli import ktuned
 from tests.daemon.conftest import StartDaemon, start_daemon, wait_for  # noqa: F401 (fixture)
-from tests.test_cli import ktuned
 from tuned.errors import RegistryError
 from tuned.evaluation.replay import REPLAY_CASE, ReplayClient
 from tuned.outcomes import Candidate, Outcome, Provenance
 from tuned.registry import KernelSpec, Problem, load_entry
 from tuned.registry.replay import read_cache
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "convolution_A6000_small.json.gz"
 EXAMPLE = ROOT / "examples" / "replay"
 

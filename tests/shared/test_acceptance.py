@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +15,7 @@ from tuned.acceptance import (
     speedup_point,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BENCHDATA = ROOT.parent / "shared" / "benchdata"
 
 
@@ -70,11 +69,10 @@ def test_decisions() -> None:
 def test_aa_replay_on_recorded_noise_accepts_almost_no_false_improvement() -> None:
     if not BENCHDATA.is_dir():
         pytest.skip(f"recorded spaces not found at {BENCHDATA}")
-    spec = importlib.util.spec_from_file_location("aa_replay", ROOT / "bench" / "aa_replay.py")
-    assert spec is not None and spec.loader is not None
-    aa = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(aa)
-    runs = aa.recorded_runs(BENCHDATA / "convolution_A100.json.gz")
+    from bench import aa_replay as aa
+    from bench.harness.spaces import recorded_runs
+
+    runs = recorded_runs(BENCHDATA / "convolution_A100.json.gz", at_least=8)
     rng = np.random.default_rng(0)
     settings = AcceptanceSettings()
     assert aa.accept_rate(runs, 300, 0.0, rng, settings) < 0.01

@@ -23,7 +23,7 @@ from tuned.registry import load_entry
 from tuned.search import Campaign, TuneSettings
 from tuned.store import SqliteStore
 
-ADVERSARIAL = Path(__file__).resolve().parent / "adversarial"
+ADVERSARIAL = Path(__file__).resolve().parents[1] / "adversarial"
 POOL_PHASES = {"compile_queue", "precompile", GPU_QUEUE_PHASE}
 WORKER_PHASES = {"load", "compile", "correctness", "benchmark"}
 
@@ -212,7 +212,7 @@ def test_the_throughput_benchmark_runs_in_smoke_mode(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     out = tmp_path / "throughput.json"
     env = dict(os.environ, PYTHONPATH=str(root))
     subprocess.run(
@@ -292,21 +292,9 @@ def test_speculation_changes_no_decision_and_a_policy_copy_is_independent(
     """The guess runs on a copy of the policy each step (cheap: its history and queues are
     copied, its space index shared); with speculation on or off, the pipeline evaluates the
     same candidates in the same order (bench/step_overhead.py measures the same runs)."""
-    import importlib.util
-    import sys
+    from bench import step_overhead as module
+    from bench.harness.spaces import MATMUL_H100 as space
 
-    bench = Path(__file__).resolve().parents[1] / "bench"
-    sys.path.insert(0, str(bench))
-    try:
-        found = importlib.util.spec_from_file_location("step_overhead", bench / "step_overhead.py")
-        assert found is not None and found.loader is not None
-        module = importlib.util.module_from_spec(found)
-        sys.modules["step_overhead"] = module  # its dataclasses look their module up
-        found.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(bench))
-        sys.modules.pop("step_overhead", None)
-    space = bench / "data" / "matmul_H100.json.gz"
     kw = {"evaluations": 25, "seed": 1, "workers": 15, "speculate": 4, "shm": False}
     on = module.run(space, PipelineSettings(), **kw)
     off = module.run(space, PipelineSettings(speculate=False), **kw)

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ADD_SOURCE, ADD_YAML, WriteEntry
-from tests.test_yaml_files import alias_bomb
+from tests.shared.test_yaml_files import alias_bomb
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)

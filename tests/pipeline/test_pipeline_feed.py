@@ -21,7 +21,7 @@ from tuned.registry import KernelSpec, load_entry
 from tuned.search import Campaign, TuneSettings
 from tuned.store import SqliteStore
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "convolution_A6000_small.json.gz"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "convolution_A6000_small.json.gz"
 
 
 class ManualPool:
@@ -189,21 +189,11 @@ def test_the_timed_replay_ranks_the_fed_pipeline_ahead_in_simulated_time() -> No
     campaign and pipeline in simulated time on the recorded H100 space. On the same seed,
     the default pipeline reaches its tenth evaluation earlier than the old one (in order,
     nothing guessed before the baseline, no widening), and both find the best."""
-    import importlib.util
-    import sys
+    from bench import timed_replay as module
 
-    bench = Path(__file__).resolve().parents[1] / "bench"
-    found = importlib.util.spec_from_file_location("timed_replay", bench / "timed_replay.py")
-    assert found is not None and found.loader is not None
-    module = importlib.util.module_from_spec(found)
-    sys.modules["timed_replay"] = module  # its dataclasses look their module up
-    try:
-        found.loader.exec_module(module)
-        kw = {"workers": 15, "cap": 216}
-        before = module.run_one(module.DEFAULT_SPACE, "before", 0, **kw)
-        default = module.run_one(module.DEFAULT_SPACE, "default", 0, **kw)
-    finally:
-        sys.modules.pop("timed_replay", None)
+    kw = {"workers": 15, "cap": 216}
+    before = module.run_one(module.DEFAULT_SPACE, "before", 0, **kw)
+    default = module.run_one(module.DEFAULT_SPACE, "default", 0, **kw)
     assert before["found"] is not None and default["found"] is not None
     # The fed start saves the seconds the GPU waited for compiles (about 1.7 s of ~9 on this
     # seed). Compared in seconds, not as a ratio: the side-by-side re-measurements against

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.conftest import WriteEntry
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _ktuned(*args: str | Path) -> subprocess.CompletedProcess[str]:

@@ -22,7 +22,7 @@ from tuned.registry import KernelSpec, Tolerance, load_entry, scan_registry
 
 pytest.importorskip("liger_kernel", reason="liger-kernel is in the dev extra")
 
-LIGER = Path(__file__).resolve().parents[1] / "examples" / "liger"
+LIGER = Path(__file__).resolve().parents[2] / "examples" / "liger"
 OPS = [
     "rms-norm",
     "layer-norm",

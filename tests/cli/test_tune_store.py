@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import WriteEntry
 from tests.store.conftest import postgres_server, postgres_url  # noqa: F401
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.timeout(300)
 
