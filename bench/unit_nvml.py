@@ -63,14 +63,19 @@ def unit_values(key: str) -> list[str]:
     ]
 
 
-def syscall_groups() -> dict[str, list[str]]:
-    """``systemd-analyze syscall-filter``: every group with its members (calls and groups)."""
-    out = subprocess.run(
-        ["systemd-analyze", "syscall-filter", "--no-pager"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+def syscall_groups(saved: Path | None = None) -> dict[str, list[str]]:
+    """``systemd-analyze syscall-filter``: every group with its members (calls and groups);
+    ``saved``: that command's output saved on a machine that has systemd (a GPU box may not)."""
+    out = (
+        saved.read_text()
+        if saved is not None
+        else subprocess.run(
+            ["systemd-analyze", "syscall-filter", "--no-pager"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
     groups: dict[str, list[str]] = {}
     current = None
     for line in out.splitlines():
@@ -89,9 +94,9 @@ def expand(names: list[str], groups: dict[str, list[str]]) -> set[str]:
     return calls
 
 
-def allowed_syscalls() -> set[str]:
+def allowed_syscalls(saved: Path | None = None) -> set[str]:
     """The unit's ``SystemCallFilter=`` lines: an allow list, then ``~`` deny lists."""
-    groups = syscall_groups()
+    groups = syscall_groups(saved)
     allowed: set[str] = set()
     for value in unit_values("SystemCallFilter"):
         deny = value.startswith("~")
@@ -169,6 +174,12 @@ def main() -> int:
     parser.add_argument("--smoke", action="store_true", help="no GPU: the mechanics only")
     parser.add_argument("--json", type=Path, help="write the findings here too")
     parser.add_argument(
+        "--syscall-groups",
+        type=Path,
+        default=None,
+        help="`systemd-analyze syscall-filter --no-pager` saved elsewhere (no systemd here)",
+    )
+    parser.add_argument(
         "--child", nargs=2, type=int, metavar=("FOREIGN_PID", "CHECK_PROC"), help=argparse.SUPPRESS
     )
     args = parser.parse_args()
@@ -179,7 +190,8 @@ def main() -> int:
         return 0
     if os.geteuid() != 0:
         parser.error("run as root: the confinement needs a mount namespace and setpriv")
-    for tool in ("unshare", "setpriv", "strace", "systemd-analyze"):
+    tools = ("unshare", "setpriv", "strace") + (() if args.syscall_groups else ("systemd-analyze",))
+    for tool in tools:
         if shutil.which(tool) is None:
             parser.error(f"{tool} is missing (Debian: util-linux, strace, systemd)")
 
@@ -201,6 +213,8 @@ def main() -> int:
         "XDG_CACHE_HOME": str(home / "cache"),
         "TRITON_CACHE_DIR": str(home / "cache" / "triton"),
         **({"TRITON_INTERPRET": "1"} if args.smoke else {}),
+        # a strace unpacked beside its libraries (a GPU box without the package)
+        **{k: os.environ[k] for k in ("LD_LIBRARY_PATH",) if k in os.environ},
     }
     probe = "import tuned.daemon.gpu, torch, triton" + ("" if args.smoke else ", pynvml")
     drop = ["--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
@@ -255,7 +269,7 @@ def main() -> int:
         findings["child_stderr"] = run.stderr[-4000:]
     traced = trace.read_text() if trace.exists() else ""
     used = set(re.findall(r"^\d+\s+([a-z_0-9]+)\(", traced, re.M))
-    allowed = allowed_syscalls()
+    allowed = allowed_syscalls(args.syscall_groups)
     findings["syscalls_used"] = len(used)
     findings["syscalls_outside_filter"] = sorted(used - allowed)
     findings["syscalls_refused_eperm"] = sorted(
