@@ -144,6 +144,7 @@ def test_a_crash_ends_the_runner_not_the_worker(client: WorkerClient, spec: Kern
     """The candidate's code runs in a runner process: its abort is a ``crash`` the judge
     reports (naming the signal), and the worker (the judge) goes on with a fresh runner."""
     crash = ADD_SOURCE.replace("out = torch.empty_like(x)", "import os; os.abort()")
+    assert client.evaluate(spec, _candidate(spec, ADD_SOURCE, {})).outcome is Outcome.OK
     starts = client.starts
     crashed = client.evaluate(spec, _candidate(spec, crash, {}))
     assert crashed.outcome is Outcome.CRASH

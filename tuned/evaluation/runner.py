@@ -1,10 +1,11 @@
 """The runner: the only process that imports and runs candidate code. It decides nothing.
 
-Started by the judge (:mod:`tuned.evaluation.runners`) as ``python -m tuned.evaluation.runner
-IN_FD OUT_FD ARENA_FD DIR WRITABLE``, in the judge's process group (a deadline that kills the worker
-kills its runners). It imports candidate modules under the guard, and on each ``call`` runs
-the launcher on tensor views of the shared arena (:mod:`tuned.evaluation.shm`) the judge
-filled, copies the outputs into the places the judge gave, and answers in JSON::
+Forked by the zygote (:mod:`tuned.evaluation.zygote`) for the judge
+(:mod:`tuned.evaluation.runners`), in the judge's process group (a deadline that kills the
+worker kills its runners); ``python -m tuned.evaluation.runner IN_FD OUT_FD ARENA_FD DIR
+WRITABLE`` starts one on its own. It imports candidate modules under the guard, and on each
+``call`` runs the launcher on tensor views of the shared arena (:mod:`tuned.evaluation.shm`)
+the judge filled, copies the outputs into the places the judge gave, and answers in JSON::
 
     <- {"type": "ready", "pid": ...}
     -> {"op": "arena", "size": ..., ["cuda": ...]}
@@ -16,12 +17,11 @@ filled, copies the outputs into the places the judge gave, and answers in JSON::
         "value"} | {"kind": "bad", "reason"}], "compiled": [...]}
     -> {"op": "ping"} <- {"ok": true};  -> {"op": "reset"};  -> {"op": "exit"}
 
-Everything it says is checked by the judge against memory the judge owns: outputs are read
-from the arena and compared there, the inputs' places are compared with the pristine copies,
-and timing is the judge's clock around ``call``. What it reports itself (guard refusals, no
-launch, an output that is not a plain dense tensor, a view of an input) only names a failure
-sooner. A runner that ran code other than the user's own is never used for another request.
-"""
+Everything it says is checked by the judge against memory the judge owns: outputs are read from
+the arena and compared there, the inputs' places are compared with the pristine copies, and
+timing is the judge's clock around ``call``. What it reports itself (guard refusals, no launch,
+an output that is not a plain dense tensor, a view of an input) only names a failure sooner. A
+runner that ran code other than the user's own is never used for another request."""
 
 from __future__ import annotations
 
@@ -266,20 +266,23 @@ def serve(channel: Channel, runner: Runner) -> None:
         channel.send(answer)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    in_fd, out_fd, arena_fd = int(args[0]), int(args[1]), int(args[2])
-    workdir, writable = Path(args[3]), Path(args[4])
-    limit_resources()
-    os.dup2(2, 1)  # candidate prints go to the stderr log, never into the protocol
+def serve_fds(in_fd: int, out_fd: int, arena_fd: int, workdir: str, writable: str) -> None:
+    """Be a runner on these descriptors (a child the zygote forked, or :func:`main`)."""
     channel = Channel(in_fd, out_fd)
-    import torch  # noqa: F401 - before the first request: the judge starts runners ahead
+    import torch  # noqa: F401 - imported already in a zygote's child
     import triton  # noqa: F401
 
     device = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
-    runner = Runner(MappedArena(arena_fd), workdir, writable, device)
+    runner = Runner(MappedArena(arena_fd), Path(workdir), Path(writable), device)
     channel.send({"type": "ready", "pid": os.getpid()})
     serve(channel, runner)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    limit_resources()
+    os.dup2(2, 1)  # candidate prints go to the stderr log, never into the protocol
+    serve_fds(int(args[0]), int(args[1]), int(args[2]), args[3], args[4])
     return 0
 
 

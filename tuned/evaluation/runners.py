@@ -1,17 +1,18 @@
 """The judge's runner processes: starting them, talking to them, and when to throw one away.
 
-A :class:`RunnerProcess` is a child of the judge (``python -m tuned.evaluation.runner``), in
-the judge's process group and environment (the client's sandbox and deadlines cover it), with
-its own arena (:mod:`tuned.evaluation.shm`) and module directory. Everything it answers is
-untrusted: a line that is not one JSON object, or an answer to another request, ends it and is
-a ``crash`` of the candidate it was running (:class:`RunnerDied`).
+A :class:`RunnerProcess` is forked by the judge's zygote (:mod:`tuned.evaluation.zygote`: a
+process that imported PyTorch and Triton once, so a fresh runner costs a fork, not an import),
+in the judge's process group and environment (the client's sandbox and deadlines cover it),
+with its own arena (:mod:`tuned.evaluation.shm`), module directory and ``stderr.log``.
+Everything it answers is untrusted: a line that is not one JSON object, or an answer to another
+request, ends it and is a ``crash`` of the candidate it was running (:class:`RunnerDied`).
 
 :class:`RunnerPool` keeps
 
 - the *own* runner: it runs only the user's own source (knob variants of the entry's original
   module), so it is reused across requests, modules and compiled kernels kept warm;
-- a *spare*, started ahead: a candidate whose source differs from the user's (an LLM rewrite,
-  an adversarial module) gets a fresh runner, used for that request only and then ended, so
+- fresh runners: a candidate whose source differs from the user's (an LLM rewrite, an
+  adversarial module) gets a fresh runner, used for that request only and then ended, so
   nothing it did (a patched function, a memo, a poisoned cache) reaches a later verdict.
 """
 
@@ -21,6 +22,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -42,45 +44,79 @@ class RunnerDied(CaseFailure):
         super().__init__("crash", reason)
 
 
+class Zygote:
+    """The judge's handle on its zygote: forks runners, reports their exit status."""
+
+    def __init__(self) -> None:
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tuned.evaluation.zygote", str(theirs.fileno())],
+            stdin=subprocess.DEVNULL,
+            pass_fds=[theirs.fileno()],
+        )
+        theirs.close()
+        self.sock = mine
+        self._reader = mine.makefile("r", encoding="utf-8")
+        self._ready = False
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def _answer(self) -> dict[str, Any]:
+        line = self._reader.readline(MAX_LINE)
+        if not line:
+            raise RunnerDied("the runners' zygote ended")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def fork(self, directory: Path, writable: Path, fds: list[int]) -> int:
+        if not self._ready:
+            self._answer()  # {"ready": true}: PyTorch imported
+            self._ready = True
+        message = {"op": "fork", "dir": str(directory), "writable": str(writable)}
+        socket.send_fds(self.sock, [json.dumps(message).encode()], fds)
+        return int(self._answer()["pid"])
+
+    def wait(self, pid: int) -> int | None:
+        """The exit code of runner ``pid`` once it ended (negative: the signal)."""
+        try:
+            socket.send_fds(self.sock, [json.dumps({"op": "wait", "pid": pid}).encode()], [])
+            status = self._answer().get("status")
+        except (OSError, RunnerDied, ValueError):
+            return None
+        return int(status) if isinstance(status, int) else None
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        if self.proc.poll() is None:
+            self.proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+
+
 class RunnerProcess:
-    def __init__(self, directory: Path, writable: Path, device: str, *, own: bool) -> None:
+    def __init__(self, zygote: Zygote, directory: Path, writable: Path, device: str) -> None:
+        self.zygote = zygote
         self.directory = directory
         self.device = device
-        self.own = own  # runs only the user's own source
         self.arena = Arena(device)
         self._next_id = 0
         self._ready = False
         self._overhead: float | None = None
+        self._code: int | None = None
         directory.mkdir(parents=True, exist_ok=True)
         to_runner, runner_in = os.pipe()
         runner_out, from_runner = os.pipe()
-        fds = [to_runner, runner_out]
-        if self.arena.fd >= 0:
-            fds.append(self.arena.fd)
-        command = [
-            sys.executable,
-            "-m",
-            "tuned.evaluation.runner",
-            str(to_runner),
-            str(from_runner),
-            str(self.arena.fd),
-            str(directory),
-            str(writable),
-        ]
-        log = open(directory / "stderr.log", "ab")  # noqa: SIM115 - the child's stderr
+        log = os.open(directory / "stderr.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        arena_fd = self.arena.fd if self.arena.fd >= 0 else os.open(os.devnull, os.O_RDONLY)
         try:
-            self.proc = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                pass_fds=[to_runner, from_runner, *fds[2:]],
-                close_fds=True,
-            )
+            self.pid = zygote.fork(directory, writable, [to_runner, from_runner, arena_fd, log])
         finally:
-            log.close()
-            os.close(to_runner)
-            os.close(from_runner)
+            for fd in (to_runner, from_runner, log):
+                os.close(fd)
+            if arena_fd != self.arena.fd:
+                os.close(arena_fd)
         self._to: IO[str] = os.fdopen(runner_in, "w", encoding="utf-8")
         self._from: IO[str] = os.fdopen(runner_out, "r", encoding="utf-8")
         self.alive = True
@@ -148,36 +184,37 @@ class RunnerProcess:
 
     def _death(self, phase: str) -> str:
         self.alive = False
-        try:
-            code = self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.kill()
+        code = self._reap()
+        if code is None:
             return f"the runner stopped answering during {phase}"
-        if code < 0:
-            how = f"was killed by {signal.Signals(-code).name}"
-        else:
-            how = f"exited with status {code}"
+        how = (
+            f"was killed by {signal.Signals(-code).name}"
+            if code < 0
+            else f"exited with status {code}"
+        )
         return f"the runner {how} during {phase}" + _tail(self.directory / "stderr.log")
+
+    def _reap(self) -> int | None:
+        if self._code is None:
+            self._code = self.zygote.wait(self.pid)
+        return self._code
 
     def kill(self) -> None:
         self.alive = False
-        if self.proc.poll() is None:
-            self.proc.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=10)
+        if self._code is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)  # not reaped yet: the pid is still its own
+            self._reap()
         for stream in (self._to, self._from):
             with contextlib.suppress(OSError):
                 stream.close()
         self.arena.close()
 
     def close(self) -> None:
-        if self.alive and self.proc.poll() is None:
-            try:
+        if self.alive:
+            with contextlib.suppress(OSError):
                 self._to.write(json.dumps({"op": "exit"}) + "\n")
                 self._to.flush()
-                self.proc.wait(timeout=2)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
         self.kill()
 
 
@@ -190,45 +227,38 @@ def _tail(path: Path, limit: int = 400) -> str:
 
 
 class RunnerPool:
-    """The own runner (reused for the user's source) and a spare for everything else."""
+    """The own runner (reused for the user's source) and fresh ones for everything else."""
 
     def __init__(self, root: Path, device: str, writable: Path | None = None) -> None:
         self.root = root
-        self.writable = writable or root
         self.device = device
+        self.writable = writable or root
+        self._zygote: Zygote | None = None
         self._own: RunnerProcess | None = None
-        self._spare: RunnerProcess | None = None
         self._started = 0
 
     def _start(self, *, own: bool) -> RunnerProcess:
+        if self._zygote is None or not self._zygote.alive():
+            if self._zygote is not None:
+                self._zygote.close()
+            self._zygote = Zygote()
         self._started += 1
         name = "own" if own else f"fresh-{self._started % 4}"
-        directory = self.root / f"runner-{name}"
-        return RunnerProcess(directory, self.writable, self.device, own=own)
+        return RunnerProcess(self._zygote, self.root / f"runner-{name}", self.writable, self.device)
 
     def start_ahead(self) -> None:
-        """Start the own runner and a spare now (they import PyTorch while the judge waits)."""
-        if self._own is None or not self._own.alive:
-            self._own = self._start(own=True)
-        if self._spare is None or not self._spare.alive:
-            self._spare = self._start(own=False)
+        """Start the zygote now (it imports PyTorch and Triton while the judge warms up)."""
+        if self._zygote is None:
+            self._zygote = Zygote()
 
     def own(self) -> RunnerProcess:
-        if self._own is None or not self._own.alive or self._own.proc.poll() is not None:
-            if self._own is not None:
-                self._own.kill()
+        if self._own is None or not self._own.alive:
             self._own = self._start(own=True)
         return self._own
 
     def fresh(self) -> RunnerProcess:
-        """A runner no code has run in, for one request; a new spare starts behind it."""
-        runner = self._spare
-        if runner is None or not runner.alive or runner.proc.poll() is not None:
-            if runner is not None:
-                runner.kill()
-            runner = self._start(own=False)
-        self._spare = self._start(own=False)
-        return runner
+        """A runner no code has run in, for one request."""
+        return self._start(own=False)
 
     def release(self, runner: RunnerProcess, *, reusable: bool) -> None:
         """After a request: the own runner stays when ``reusable``; any other ends."""
@@ -243,7 +273,8 @@ class RunnerPool:
         runner.close()
 
     def close(self) -> None:
-        for runner in (self._own, self._spare):
-            if runner is not None:
-                runner.close()
-        self._own = self._spare = None
+        if self._own is not None:
+            self._own.close()
+        if self._zygote is not None:
+            self._zygote.close()
+        self._own = self._zygote = None
