@@ -1,4 +1,4 @@
-# expect: cheat: patched what measurement relies on: torch.allclose
+# expect: cheat: torch.allclose
 """Makes torch.allclose and torch.isclose agree with anything, then returns garbage."""
 import torch
 import triton

@@ -16,9 +16,9 @@ that stay identical while the reference's change do not depend on the inputs (``
 Timing (:meth:`Evaluation.time_case`): the judge's own clock around each ``call`` of ``reps``
 repetitions (the runner synchronizes before answering), less the round trip of an empty
 request, interleaved with the incumbent's runner. Timed calls get input contents no runner was
-shown during correctness (two sets from seeds the judge draws at random, per case, once per
-judge process); before each timed call the judge writes one set afresh and poisons the output
-places, and afterwards checks the inputs and, on a sample of calls, the outputs against the
+shown during correctness (a set per round, from seeds the judge draws at random per case once
+per judge process); before each timed call the judge writes one set afresh and poisons the
+output places, and afterwards checks the inputs and, on a sample of calls, the outputs against the
 reference for that set.
 """
 
@@ -59,7 +59,7 @@ _OUTCOMES = frozenset(
     {"cheat", "incorrect", "nan", "runtime_error", "compile_error", "crash", "rejected_static"}
 )
 _SECRET = random.SystemRandom()
-_TIMING_SEEDS: dict[Any, tuple[int, int]] = {}  # per case, drawn once per judge process
+_TIMING_SEEDS: dict[Any, list[int]] = {}  # per case, drawn once per judge process
 
 
 @dataclass(frozen=True)
@@ -507,16 +507,15 @@ class Evaluation:
                 "incorrect", f"second call (after the reference) differs: {failure.reason}"
             ) from None
 
-    def timing_seeds(self, case: Case) -> tuple[int, int]:
-        """Two seeds for the timed inputs of ``case``: drawn at random once per judge process,
-        never one of the correctness seeds, never sent to a runner."""
+    def timing_seeds(self, case: Case, count: int) -> list[int]:
+        """``count`` seeds for the timed inputs of ``case``: drawn at random once per judge
+        process (more appended when more are asked for), never a correctness seed, never sent
+        to a runner."""
         key = self.case_key(Case(case.dims, case.dtype, 0, case.perf))
-        if key not in _TIMING_SEEDS:
-            used = {int(s) for s in self.options["seeds"]}
-            seeds: list[int] = []
-            while len(seeds) < 2:
-                seed = _SECRET.randrange(1 << 20, 1 << 31)
-                if seed not in used and seed not in seeds:
-                    seeds.append(seed)
-            _TIMING_SEEDS[key] = (seeds[0], seeds[1])
-        return _TIMING_SEEDS[key]
+        seeds = _TIMING_SEEDS.setdefault(key, [])
+        used = {int(s) for s in self.options["seeds"]}
+        while len(seeds) < count:
+            seed = _SECRET.randrange(1 << 20, 1 << 31)
+            if seed not in used and seed not in seeds:
+                seeds.append(seed)
+        return seeds[:count]

@@ -69,10 +69,13 @@ class Zygote:
         answer: dict[str, Any] = json.loads(line)
         return answer
 
-    def fork(self, directory: Path, writable: Path, fds: list[int]) -> int:
+    def wait_ready(self) -> None:
         if not self._ready:
             self._answer()  # {"ready": true}: PyTorch imported
             self._ready = True
+
+    def fork(self, directory: Path, writable: Path, fds: list[int]) -> int:
+        self.wait_ready()
         message = {"op": "fork", "dir": str(directory), "writable": str(writable)}
         socket.send_fds(self.sock, [json.dumps(message).encode()], fds)
         return int(self._answer()["pid"])
@@ -250,6 +253,12 @@ class RunnerPool:
         """Start the zygote now (it imports PyTorch and Triton while the judge warms up)."""
         if self._zygote is None:
             self._zygote = Zygote()
+
+    def wait_ready(self) -> None:
+        """Until the zygote can fork (before the judge says it is ready: a first candidate's
+        load deadline never pays for PyTorch's import)."""
+        if self._zygote is not None:
+            self._zygote.wait_ready()
 
     def own(self) -> RunnerProcess:
         if self._own is None or not self._own.alive:

@@ -235,14 +235,14 @@ class MappedArena(_Views):
         return self.view(place["tensor"]) if "tensor" in place else place.get("value")
 
     def owner_of(self, tensor: Any, places: Sequence[dict[str, Any]]) -> int | None:
-        """The input whose place ``tensor``'s storage overlaps (a view of an input)."""
+        """The input whose place ``tensor``'s elements overlap (a view of an input)."""
         import torch
 
         if self.base is None or tensor.device != self.base.device:
             return None
         base = int(self.base.data_ptr())
-        start = int(tensor.untyped_storage().data_ptr())
-        end = start + int(tensor.untyped_storage().nbytes())
+        start = int(tensor.data_ptr())
+        end = start + span_bytes(tuple(tensor.shape), tuple(tensor.stride()), tensor.element_size())
         for j, place in enumerate(places):
             if "tensor" not in place:
                 continue

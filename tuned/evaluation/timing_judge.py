@@ -14,12 +14,14 @@ a fake CUDA event or an invented sample inside the runner changes nothing the ju
   incumbent's median stops there. Calls are back to back (no L2 flush between them): the
   judge's clock cannot tell a flush from the kernel.
 
-Inputs: two sets the runners never saw (:meth:`~tuned.evaluation.judge.Evaluation.timing_seeds`),
-written afresh before every timed call, alternating by round; the output places are poisoned
-before each call. The candidate's outputs are compared with the reference for that set on the
-first two rounds (one of each set) and on a random third of the others, and the inputs' places
-after every call: a memo keyed on the input tensors, or a graph that replays nothing, leaves
-outputs of the other set or poison behind (``cheat``: computed while timed).
+Inputs: sets the runners never saw (:meth:`~tuned.evaluation.judge.Evaluation.timing_seeds`),
+one per round (fewer, cycled, when a round's sets would pass 2 GiB; at least two), written
+afresh before every timed call; the output places are poisoned before each call. So a memo,
+even one keyed on the inputs' contents, has nothing to return. The candidate's outputs are
+compared with the reference for that set on the first two rounds and on a random third of
+the others, and the inputs' places after every call: a memo keyed on the input tensors, or a
+graph that replays nothing, leaves outputs of another set or poison behind (``cheat``:
+computed while timed).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
 __all__ = ["JudgedTiming"]
 
 _ESTIMATE_REPS = 8
+_SETS_BYTES = 2 << 30  # at most this much input across a case's timed sets
 _CHECK_SHARE = 1 / 3
 
 
@@ -60,21 +63,23 @@ class JudgedTiming:
         from tuned.evaluation.judge import Case
 
         ev = self.evaluation
-        seeds = ev.timing_seeds(case)
-        sets = [inputs_of(Case(case.dims, case.dtype, s, case.perf)) for s in seeds]
-        cases = [Case(case.dims, case.dtype, s, case.perf) for s in seeds]
+        rounds = self.settings.graph_rounds if self.gpu else self.settings.interpreter_reps
+        rounds = max(2, rounds)
+        first = inputs_of(Case(case.dims, case.dtype, ev.timing_seeds(case, 1)[0], case.perf))
+        size = sum(int(x.numel()) * x.element_size() for x in first if hasattr(x, "numel"))
+        count = max(2, min(rounds, _SETS_BYTES // max(size, 1)))
+        cases = [Case(case.dims, case.dtype, s, case.perf) for s in ev.timing_seeds(case, count)]
+        sets = [inputs_of(c) for c in cases]
         atol, rtol = (float(v) for v in ev.kernel["tolerance"][case.dtype])
         targets = [candidate] + ([incumbent] if incumbent is not None else [])
         reps = [self._reps(t, cases[0], sets[0]) for t in targets]
-        rounds = self.settings.graph_rounds if self.gpu else self.settings.interpreter_reps
-        rounds = max(2, rounds)
         screen_after = 0
         if self.gpu and incumbent is not None and self.settings.screen_ms > 0:
             share = self.settings.screen_ms / max(self.settings.target_ms, 1e-9)
             screen_after = max(2, round(rounds * share))
         samples: list[list[float]] = [[] for _ in targets]
         for r in range(rounds):
-            k = r % 2
+            k = r % len(sets)
             order = range(len(targets)) if r % 2 == 0 else reversed(range(len(targets)))
             for i in order:
                 target = targets[i]

@@ -252,6 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     pool = RunnerPool(workdir / "runners", device, writable=workdir.parent)
     pool.start_ahead()  # they import PyTorch and Triton while this one warms up
     warm_up(device)
+    pool.wait_ready()
     channel.send(
         {
             "type": "ready",
