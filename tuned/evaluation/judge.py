@@ -217,7 +217,10 @@ class Evaluation:
         if outcome not in _OUTCOMES:
             raise CaseFailure("crash", f"the runner reported an unknown outcome {outcome[:40]!r}")
         reason = short(str(answer.get("reason", "")))
-        raise CaseFailure(outcome, reason, fatal=bool(answer.get("fatal")))
+        # The runner ends after any failure; only a CUDA fault (a crash) may have left the
+        # device unusable for the judge too.
+        fatal = bool(answer.get("fatal")) and outcome == "crash"
+        raise CaseFailure(outcome, reason, fatal=fatal)
 
     def release(self) -> None:
         """End every runner this request used, but the own runner when only the user's
