@@ -72,6 +72,7 @@ class JudgedTiming:
         sets = [inputs_of(c) for c in cases]
         atol, rtol = (float(v) for v in ev.kernel["tolerance"][case.dtype])
         targets = [candidate] + ([incumbent] if incumbent is not None else [])
+        shapes = ev.reference_outputs(cases[0], sets[0])  # the others' only when compared
         reps = [self._reps(t, cases[0], sets[0]) for t in targets]
         screen_after = 0
         if self.gpu and incumbent is not None and self.settings.screen_ms > 0:
@@ -85,7 +86,14 @@ class JudgedTiming:
                 target = targets[i]
                 check = i == 0 and (r < 2 or self._rng.random() < _CHECK_SHARE)
                 outputs, seconds = ev.timed_call(
-                    target, cases[k], sets[k], None, reps=reps[i], stable=True, read=check
+                    target,
+                    cases[k],
+                    sets[k],
+                    None,
+                    reps=reps[i],
+                    stable=True,
+                    read=check,
+                    shaped_like=shapes,
                 )
                 overhead = target.runner.overhead()
                 samples[i].append(max(seconds - overhead, 0.0) / reps[i])
