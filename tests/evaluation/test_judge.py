@@ -7,6 +7,7 @@ zygote, tensors through real shared memory, Triton kernels in the interpreter.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -222,3 +223,33 @@ def test_on_the_gpu_outputs_travel_by_cuda_ipc_and_cheats_are_caught(
     else:
         outcome, _, fragment = source.splitlines()[0].removeprefix("# expect: ").partition(": ")
         assert result.outcome.value == outcome and fragment in result.reason, result.reason
+
+
+def test_the_gpu_gate_counts_a_workers_runners_as_its_own() -> None:
+    """Runners are in their worker's process group: the daemon's GPU gate must not take
+    them for another user's work (tuned/daemon/gpu.py)."""
+    import subprocess
+    import sys
+
+    from tuned.daemon.gpu import _ours
+
+    leader = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys; subprocess.run(['sleep', '30'])"],
+        start_new_session=True,
+    )
+    try:
+        child = None
+        for _ in range(200):
+            out = subprocess.run(
+                ["pgrep", "-P", str(leader.pid)], capture_output=True, text=True
+            ).stdout.split()
+            if out:
+                child = int(out[0])
+                break
+            time.sleep(0.05)
+        assert child is not None
+        assert _ours(child, {leader.pid})
+        assert not _ours(os.getpid(), {leader.pid})
+    finally:
+        os.killpg(leader.pid, 9)
+        leader.wait()

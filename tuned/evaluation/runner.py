@@ -145,11 +145,11 @@ class Runner:
         fn = slot.launcher.at(dict(message["dims"]))
         guard = self.guard(slot, message.get("poison"))
         out: Any = None
-        replayed = False
+        replayed = captured = False
         try:
             with guard:
                 if reps > 1 and self.device == "cuda":
-                    out, replayed = self._graph_reps(slot, fn, inputs, reps, guard)
+                    out, replayed, captured = self._graph_reps(slot, fn, inputs, reps)
                 if not replayed:
                     for _ in range(reps):
                         out = fn(*inputs, **slot.knobs)
@@ -161,20 +161,22 @@ class Runner:
             if guard.violations:
                 raise CaseFailure("cheat", f"forbidden: {guard.violations[0]}") from exc
             raise
-        self.check(guard, need_launch=not replayed)
+        self.check(guard, need_launch=captured or not replayed)  # Python ran: it launched
         compiled = [f for (m, _), f in guard.compiled.items() if m == slot.module]
         outputs = self.deliver(out, places, list(message.get("outputs") or []))
         return {"ok": True, "outputs": outputs, "compiled": compiled}
 
     def _graph_reps(
-        self, slot: Slot, fn: Callable[..., Any], inputs: list[Any], reps: int, guard: Guard
-    ) -> tuple[Any, bool]:
+        self, slot: Slot, fn: Callable[..., Any], inputs: list[Any], reps: int
+    ) -> tuple[Any, bool, bool]:
         """GPU: ``reps`` calls captured once into a CUDA graph and replayed (the host cannot
-        open gaps between them); ``(None, False)`` when capture fails (then eager)."""
+        open gaps between them): the outputs, whether replayed, whether captured now;
+        ``(None, False, False)`` when capture fails (then eager)."""
         import torch
 
         key = f"{id(inputs)}:{reps}"
         graph = slot.graphs.get(key)
+        captured = graph is None
         if graph is None:
             try:
                 g = torch.cuda.CUDAGraph()
@@ -184,9 +186,9 @@ class Runner:
                 graph = slot.graphs[key] = (g, out)
             except Exception:  # noqa: BLE001 - it synchronizes or reads on the host: eager
                 torch.cuda.synchronize()
-                return None, False
+                return None, False, False
         graph[0].replay()
-        return graph[1], True
+        return graph[1], True, captured
 
     def deliver(
         self, out: Any, inputs: Sequence[dict[str, Any]], places: Sequence[Any]
