@@ -15,7 +15,7 @@ the judge filled, copies the outputs into the places the judge gave, and answers
         "poison": "nan"|"sentinel"|null, "reps": n, "stable": bool, "phase": ...}
     <- {"ok": true, "outputs": [{"kind": "tensor", "shape", "dtype"} | {"kind": "value",
         "value"} | {"kind": "bad", "reason"}], "compiled": [...]}
-    -> {"op": "ping"} <- {"ok": true};  -> {"op": "reset"};  -> {"op": "exit"}
+    -> {"op": "ping"} <- {"ok": true};  -> {"op": "warm"};  -> {"op": "reset"};  -> {"op": "exit"}
 
 Everything it says is checked by the judge against memory the judge owns: outputs are read from
 the arena and compared there, the inputs' places are compared with the pristine copies, and
@@ -108,6 +108,14 @@ class Runner:
             )
 
     # -- operations
+
+    def warm(self) -> None:
+        if self.device == "cuda":
+            import torch
+
+            x = torch.ones(256, 256, device="cuda", dtype=torch.float16)
+            (x @ x).float().sum().item()
+            torch.cuda.synchronize()
 
     def load(self, message: Mapping[str, Any]) -> dict[str, Any]:
         kernel = message["kernel"]
@@ -252,6 +260,9 @@ def serve(channel: Channel, runner: Runner) -> None:
                 answer = runner.load(message)
             elif op == "call":
                 answer = runner.call(message)
+            elif op == "warm":  # the CUDA context, before a first call's clock starts
+                runner.warm()
+                answer = {"ok": True}
             elif op == "reset":
                 runner.slots.clear()
                 runner.stable.clear()

@@ -255,10 +255,16 @@ class RunnerPool:
             self._zygote = Zygote()
 
     def wait_ready(self) -> None:
-        """Until the zygote can fork (before the judge says it is ready: a first candidate's
-        load deadline never pays for PyTorch's import)."""
+        """Until the zygote can fork and the own runner is warm (its CUDA context made),
+        before the judge says it is ready: a first candidate's deadlines never pay for
+        PyTorch's import or a context."""
         if self._zygote is not None:
             self._zygote.wait_ready()
+            own = self.own()
+            try:
+                own.request({"op": "warm"}, "load")
+            except CaseFailure:  # a first evaluation starts another
+                self.release(own, reusable=False)
 
     def own(self) -> RunnerProcess:
         if self._own is None or not self._own.alive:

@@ -19,9 +19,9 @@ one per round (fewer, cycled, when a round's sets would pass 2 GiB; at least two
 afresh before every timed call; the output places are poisoned before each call. So a memo,
 even one keyed on the inputs' contents, has nothing to return. The candidate's outputs are
 compared with the reference for that set on the first two rounds and on a random third of
-the others, and the inputs' places after every call: a memo keyed on the input tensors, or a
-graph that replays nothing, leaves outputs of another set or poison behind (``cheat``:
-computed while timed).
+the others (in the interpreter, on every round: three), and the inputs' places after every
+call: a memo keyed on the input tensors, or a graph that replays nothing, leaves outputs of
+another set or poison behind (``cheat``: computed while timed).
 """
 
 from __future__ import annotations
@@ -84,7 +84,8 @@ class JudgedTiming:
             order = range(len(targets)) if r % 2 == 0 else reversed(range(len(targets)))
             for i in order:
                 target = targets[i]
-                check = i == 0 and (r < 2 or self._rng.random() < _CHECK_SHARE)
+                sampled = r < 2 or not self.gpu or self._rng.random() < _CHECK_SHARE
+                check = i == 0 and sampled
                 outputs, seconds = ev.timed_call(
                     target,
                     cases[k],
