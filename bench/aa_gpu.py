@@ -35,13 +35,16 @@ if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.harness import ROOT, bench_parser, interpreter_for_smoke
+from profilers.timing import TimingSettings
 from tuned.acceptance import AcceptanceSettings, decide, speedup_interval
 from tuned.evaluation.client import (
     EvaluationSettings,
     WorkerClient,
     _kernel_payload,
 )
-from tuned.evaluation.guard import TimerSnapshot
+from tuned.evaluation.invoke import entry_call
+from tuned.evaluation.runners import RunnerPool
+from tuned.evaluation.timing_judge import JudgedTiming
 from tuned.evaluation.worker import Case, Evaluation, ModuleLoader
 from tuned.outcomes import Candidate, Outcome, Provenance
 from tuned.registry import scan_registry
@@ -65,14 +68,17 @@ def run_kernel(
         "options": {**options, "incumbent": {"source": spec.module_source, "knobs": knobs}},
     }
     loader = ModuleLoader(workdir / f"modules_{spec.name}")
-    evaluation = Evaluation(request, loader, device, lambda _m: None, TimerSnapshot())
+    # The judge's path: the reference and inputs here, the two launchers in runner processes
+    # (the copy's source differs from the user's: a fresh runner; the original: the own one).
+    pool = RunnerPool(workdir / f"runners_{spec.name}", device)
+    evaluation = Evaluation(request, loader, device, lambda _m: None, pool)
     original = loader.load(spec.module_source, directory_key="aa", extra_files=spec.extra_files)
-    copy = loader.load(copy_source, directory_key="aa", extra_files=spec.extra_files)
-    evaluation.candidate_modules.update({original.__name__, copy.__name__})
-    launcher_copy = getattr(copy, spec.launcher)
-    launcher_orig = getattr(original, spec.launcher)
     make_inputs = getattr(original, spec.inputs)
-    reference = getattr(original, spec.reference)
+    evaluation._reference = entry_call(original, evaluation.kernel, role="reference")
+    target_copy = evaluation.load(evaluation._runner(False), "candidate", evaluation.candidate)
+    target_orig = evaluation.load(
+        evaluation._runner(True), "incumbent", evaluation.options["incumbent"]
+    )
 
     import torch
 
@@ -88,10 +94,9 @@ def run_kernel(
     cases, _ = evaluation.cases()
     timed = evaluation.timed_cases(cases)
     for case in timed:  # compile both before timing
-        launcher_copy(*inputs_of(case), **knobs)
-        launcher_orig(*inputs_of(case), **knobs)
-    if device == "cuda":
-        torch.cuda.synchronize()
+        evaluation.call(target_copy, case, inputs_of(case), None)
+        evaluation.call(target_orig, case, inputs_of(case), None)
+    timing = JudgedTiming(evaluation, TimingSettings(**evaluation.options.get("timing", {})))
 
     rows = []
     within_cv: list[float] = []
@@ -116,9 +121,7 @@ def run_kernel(
         samples: dict[str, list[float]] = {}
         incumbent: dict[str, list[float]] = {}
         for case in timed:
-            mine, theirs, _ = evaluation.time_case(
-                case, launcher_copy, launcher_orig, reference, inputs_of
-            )
+            mine, theirs, _ = timing.time_case(case, target_copy, target_orig, inputs_of)
             samples[case.label], incumbent[case.label] = mine, theirs
             within_cv.extend([_cv(mine), _cv(theirs)])
             medians[case.label].append(statistics.median(theirs))
@@ -154,6 +157,8 @@ def run_kernel(
             flush=True,
         )
     across = [_cv(v) for v in medians.values() if len(v) > 1]
+    evaluation.discard_runners()
+    pool.close()
     return {
         "kernel": spec.name,
         "timed_cases": [c.label for c in timed],

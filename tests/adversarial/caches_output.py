@@ -1,4 +1,4 @@
-# expect: cheat: do not depend on the inputs
+# expect: cheat: launched with work
 """Computes once per shape, then returns the cached result for any input."""
 import torch
 import triton

@@ -1,4 +1,4 @@
-# expect: cheat: computed while timed
+# expect: cheat: launched with work
 """Correct whenever checked, but when the same input tensor comes back (the timing loop) it
 returns its last output for that shape without computing."""
 import torch

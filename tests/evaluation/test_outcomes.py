@@ -140,13 +140,18 @@ def test_each_outcome(
         assert result.reason
 
 
-def test_worker_is_replaced_after_a_crash(client: WorkerClient, spec: KernelSpec) -> None:
+def test_a_crash_ends_the_runner_not_the_worker(client: WorkerClient, spec: KernelSpec) -> None:
+    """The candidate's code runs in a runner process: its abort is a ``crash`` the judge
+    reports (naming the signal), and the worker (the judge) goes on with a fresh runner."""
     crash = ADD_SOURCE.replace("out = torch.empty_like(x)", "import os; os.abort()")
+    assert client.evaluate(spec, _candidate(spec, ADD_SOURCE, {})).outcome is Outcome.OK
     starts = client.starts
-    assert client.evaluate(spec, _candidate(spec, crash, {})).outcome is Outcome.CRASH
+    crashed = client.evaluate(spec, _candidate(spec, crash, {}))
+    assert crashed.outcome is Outcome.CRASH
+    assert "runner was killed by SIGABRT" in crashed.reason
     result = client.evaluate(spec, _candidate(spec, ADD_SOURCE, {"BLOCK": 512}))
     assert result.outcome is Outcome.OK
-    assert client.starts == starts + 1
+    assert client.starts == starts
 
 
 def test_failure_reason_names_the_case_and_the_check(

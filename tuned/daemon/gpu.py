@@ -63,6 +63,18 @@ class ThrottleMark:
     violation_ns: int = 0
 
 
+def _ours(pid: int, own_pids: Collection[int]) -> bool:
+    """``pid`` is one of ``own_pids``, or in the process group of one: a worker leads its own
+    group, and its runners (the processes that run candidate code,
+    :mod:`tuned.evaluation.runners`) are in it."""
+    if pid in own_pids:
+        return True
+    try:
+        return os.getpgid(pid) in own_pids
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
 class GpuMonitor(Protocol):
     """What the daemon needs to know about the GPU it benchmarks on.
 
@@ -144,7 +156,7 @@ class NvmlMonitor:
                 processes.extend(getattr(nvml, query)(self.handle))
             except nvml.NVMLError as exc:
                 log.debug("NVML %s failed: %s", query, exc)
-        foreign = [p for p in processes if int(p.pid) not in own_pids]
+        foreign = [p for p in processes if not _ours(int(p.pid), own_pids)]
         if foreign:
             used = sum(int(p.usedGpuMemory or 0) for p in foreign)
             return (

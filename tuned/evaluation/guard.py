@@ -4,7 +4,12 @@ While candidate code runs, :class:`Guard` is installed:
 
 - **launch hook**: counts launches of Triton kernels defined in the candidate's own module
   (``run`` of Triton's ``JITFunction`` and of the interpreter's ``InterpretedFunction``). A
-  call that launched none of them did not run a Triton kernel of the candidate.
+  call that launched none of them did not run a Triton kernel of the candidate. A launch
+  counts only when it has work (:func:`launch_has_work`): a grid of at least one program, a
+  non-empty tensor argument, and no size-like integer argument (``n``, ``N``, ``M``, ``K``,
+  ``numel``, ``n_*``, ``*_size``, ``*_elements``, ...) equal to 0; empty launches are counted
+  apart (``empty_launches``), so a module that computes with PyTorch and launches a kernel of
+  zero elements to satisfy the hook is named.
 - **poisoned allocations**: ``torch.empty``, ``empty_like``, ``empty_strided`` and
   ``Tensor.new_empty`` return memory filled with a poison value (NaN for floating dtypes, the
   largest value for integers; or a finite sentinel on a second call), so an output element the
@@ -34,7 +39,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-__all__ = ["POISON_SENTINEL", "Guard", "TimerSnapshot"]
+__all__ = ["POISON_SENTINEL", "Guard", "TimerSnapshot", "launch_has_work"]
 
 POISON_SENTINEL = 7776.0  # exactly representable in float16, bfloat16 and float32
 
@@ -64,6 +69,45 @@ _CLOCK_FUNCS = (
     "process_time",
     "process_time_ns",
 )
+_SIZE_NAMES = frozenset({"n", "m", "k", "numel", "size", "rows", "cols", "length", "nelem"})
+
+
+def _size_like(name: str) -> bool:
+    if name in {"N", "M", "K"}:
+        return True
+    if name.isupper():  # BLOCK_SIZE and other constexprs
+        return False
+    low = name.lower()
+    return (
+        low in _SIZE_NAMES
+        or low.startswith(("n_", "num_"))
+        or low.endswith(("_size", "numel", "_elements", "_rows", "_cols"))
+    )
+
+
+def launch_has_work(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether a Triton launch does work: a grid of at least one program (a callable grid is
+    taken as such), some non-empty tensor argument, and no size-like integer argument (by the
+    kernel's parameter name) that is 0."""
+    grid = kwargs.get("grid")
+    if isinstance(grid, (tuple, list)):
+        if any(isinstance(g, int) and g <= 0 for g in grid):
+            return False
+    elif isinstance(grid, int) and grid <= 0:
+        return False
+    names = list(getattr(kernel, "arg_names", []) or [])
+    bound = dict(zip(names, args))
+    bound.update({k: v for k, v in kwargs.items() if k in names})
+    tensors = [v for v in bound.values() if hasattr(v, "data_ptr") and hasattr(v, "numel")]
+    if tensors and not any(int(t.numel()) > 0 for t in tensors):
+        return False
+    for name, value in bound.items():
+        zero = isinstance(value, int) and not isinstance(value, bool) and value == 0
+        if zero and _size_like(name):
+            return False
+    return True
+
+
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 
 
@@ -125,6 +169,7 @@ class Guard:
         self.poison = poison
         self.violations: list[str] = []
         self.launches = 0
+        self.empty_launches = 0  # launches of the candidate's kernels that had no work
         #: Compile metadata of the candidate modules' kernels that ran, by (module, function).
         self.compiled: dict[tuple[str, str], dict[str, float]] = {}
         self._undo: list[tuple[Any, str, Any, Any]] = []
@@ -203,8 +248,10 @@ class Guard:
                 fn = getattr(kernel, "fn", None)
                 module = getattr(fn, "__module__", "")
                 ours = not kwargs.get("warmup") and module in self.candidate_modules
-                if ours:
+                if ours and launch_has_work(kernel, args, kwargs):
                     self.launches += 1
+                elif ours:
+                    self.empty_launches += 1
                 compiled = _original(kernel, *args, **kwargs)
                 facts = compile_facts(compiled) if ours else None
                 if facts is not None:

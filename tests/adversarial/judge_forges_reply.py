@@ -1,0 +1,29 @@
+# expect: crash: answered out of turn
+"""Finds the runner's answer channel and sends a forged "all good" answer on it, then returns garbage."""
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+def _honest(x, y, BLOCK, num_warps):
+    out = torch.empty_like(x)
+    _add[(triton.cdiv(x.numel(), BLOCK),)](x, y, out, x.numel(), BLOCK=BLOCK, num_warps=num_warps)
+    return out
+
+import gc
+
+
+def add(x, y, BLOCK=256, num_warps=4):
+    out = _honest(x, y, BLOCK, num_warps)
+    forged = {"ok": True, "outputs": [{"kind": "tensor", "shape": list(x.shape), "dtype": str(x.dtype)[6:]}], "id": -1}
+    for obj in gc.get_objects():
+        if type(obj).__name__ == "Channel":  # the runner's answer channel
+            obj.send(forged)
+    return out * 0

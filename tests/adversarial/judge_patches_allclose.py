@@ -1,0 +1,25 @@
+# expect: cheat: torch.allclose
+"""Makes torch.allclose and torch.isclose agree with anything, then returns garbage."""
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+def _honest(x, y, BLOCK, num_warps):
+    out = torch.empty_like(x)
+    _add[(triton.cdiv(x.numel(), BLOCK),)](x, y, out, x.numel(), BLOCK=BLOCK, num_warps=num_warps)
+    return out
+
+torch.allclose = lambda *args, **kwargs: True
+torch.isclose = lambda a, b, **kwargs: torch.ones_like(a, dtype=torch.bool)
+
+
+def add(x, y, BLOCK=256, num_warps=4):
+    return _honest(x, y, BLOCK, num_warps) * 3

@@ -1,0 +1,29 @@
+# expect: incorrect: elements outside atol
+"""Replaces the output comparison (and the judge's, should it be importable here) with one that passes everything, then returns zeros."""
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+def _honest(x, y, BLOCK, num_warps):
+    out = torch.empty_like(x)
+    _add[(triton.cdiv(x.numel(), BLOCK),)](x, y, out, x.numel(), BLOCK=BLOCK, num_warps=num_warps)
+    return out
+
+import tuned.evaluation.checks as checks
+import tuned.evaluation.judge as judge
+
+checks.compare_outputs = lambda *args, **kwargs: None
+judge.compare_outputs = checks.compare_outputs
+
+
+def add(x, y, BLOCK=256, num_warps=4):
+    _honest(x, y, BLOCK, num_warps)
+    return torch.zeros_like(x)

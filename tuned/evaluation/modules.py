@@ -1,0 +1,163 @@
+"""What both sides of the evaluation worker share: importing an entry's modules, the JSON-lines
+channel, and the process limits.
+
+The judge (:mod:`tuned.evaluation.judge`) imports the entry's *original* module with
+:class:`ModuleLoader` (the user's own code: inputs and reference); a runner
+(:mod:`tuned.evaluation.runner`) imports candidate modules with it, under the guard.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import json
+import os
+import resource
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import IO, Any
+
+from tuned.evaluation.checks import CaseFailure
+from tuned.evaluation.guard import Guard
+
+__all__ = [
+    "Channel",
+    "ModuleLoader",
+    "entry_key",
+    "import_candidate",
+    "inputs_module",
+    "limit_resources",
+]
+
+#: The longest line either side reads from the other (a runner's reply is untrusted).
+MAX_LINE = 1 << 22
+
+
+class Channel:
+    """JSON lines over a pair of pipe file descriptors."""
+
+    def __init__(self, in_fd: int, out_fd: int) -> None:
+        self._in: IO[str] = os.fdopen(in_fd, "r", encoding="utf-8")
+        self._out: IO[str] = os.fdopen(out_fd, "w", encoding="utf-8")
+
+    def send(self, message: Mapping[str, Any]) -> None:
+        self._out.write(json.dumps(message) + "\n")
+        self._out.flush()
+
+    def receive(self) -> dict[str, Any] | None:
+        line = self._in.readline(MAX_LINE)
+        if not line:
+            return None
+        message: dict[str, Any] = json.loads(line)
+        return message
+
+
+def limit_resources() -> None:
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    limit = os.environ.get("KTUNED_WORKER_MEMORY_BYTES")
+    if limit:  # address-space cap: only in interpreter mode (CUDA reserves huge VA ranges)
+        resource.setrlimit(resource.RLIMIT_AS, (int(limit), int(limit)))
+
+
+class ModuleLoader:
+    """Imports module sources written to the worker's directory, under unique names."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._loaded: dict[str, ModuleType] = {}
+
+    def _enter(self, directory: Path) -> None:
+        """Make ``directory`` the only entry directory imports resolve from. Helper modules
+        another entry imported (its ``utils.py``, say) leave ``sys.modules``, so an entry's
+        ``import utils`` finds its own file, never a namesake's that stayed cached."""
+        root, own = str(self.root), str(directory)
+        sys.path[:] = [p for p in sys.path if not p.startswith(root)]
+        sys.path.insert(0, own)
+        for name, mod in list(sys.modules.items()):
+            where = getattr(mod, "__file__", None) or ""
+            foreign = where.startswith(root) and not where.startswith(own + os.sep)
+            if foreign and not name.rpartition(".")[2].startswith("ktuned_candidate_"):
+                del sys.modules[name]
+
+    def load(
+        self,
+        source: str,
+        *,
+        directory_key: str,
+        extra_files: Mapping[str, str],
+        package: str = "",
+    ) -> ModuleType:
+        """``source`` imported as ``ktuned_candidate_<hash>``, or inside ``package`` (a copy of
+        an installed package's module: its imports resolve as the original's do)."""
+        digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+        key = f"{directory_key}:{package}:{digest}"
+        directory = self.root / f"entry_{directory_key}"
+        self._enter(directory)
+        if key in self._loaded:
+            return self._loaded[key]
+        directory.mkdir(parents=True, exist_ok=True)
+        for rel, text in extra_files.items():
+            path = directory / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        name = f"ktuned_candidate_{digest}"
+        path = directory / f"{name}.py"
+        path.write_text(source, encoding="utf-8")
+        if package:
+            importlib.import_module(package)  # the installed package, as its module would be
+            name = f"{package}.{name}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise CaseFailure("runtime_error", f"cannot import the module from {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        if len(self._loaded) > 64:  # keep memory bounded in a long-lived worker
+            for old in list(self._loaded)[:32]:
+                sys.modules.pop(self._loaded.pop(old).__name__, None)
+        self._loaded[key] = module
+        return module
+
+
+def entry_key(kernel: Mapping[str, Any]) -> str:
+    """The directory key of an entry's modules: the hash of its original source and its other
+    files (a changed helper is a new directory, never a stale import)."""
+    files = json.dumps(
+        [kernel["original_source"], kernel.get("extra_files", {}), kernel.get("inputs_source")],
+        sort_keys=True,
+    )
+    return hashlib.sha256(files.encode()).hexdigest()[:16]
+
+
+def inputs_module(loader: ModuleLoader, kernel: Mapping[str, Any], original: ModuleType) -> Any:
+    """The module of the entry's inputs and reference: ``original``, or the entry's own module
+    when the launcher is an installed package's (``inputs_source``)."""
+    if not kernel.get("inputs_source"):
+        return original
+    extra = kernel.get("extra_files", {})
+    key = entry_key(kernel)
+    return loader.load(kernel["inputs_source"], directory_key=key, extra_files=extra)
+
+
+def import_candidate(
+    loader: ModuleLoader, kernel: Mapping[str, Any], source: str, guard: Guard
+) -> tuple[ModuleType, ModuleType]:
+    """The entry's original module, then ``source`` imported under ``guard``, both from the
+    entry's own directory with its extra files. Something the guard refused at import is a
+    ``cheat``; the caller checks ``guard`` for refusals the module swallowed."""
+    key, extra = entry_key(kernel), kernel.get("extra_files", {})
+    package = str(kernel.get("package") or "")
+    original = loader.load(
+        kernel["original_source"], directory_key=key, extra_files=extra, package=package
+    )
+    try:
+        with guard:
+            module = loader.load(source, directory_key=key, extra_files=extra, package=package)
+    except Exception as exc:
+        if guard.violations:
+            raise CaseFailure("cheat", f"forbidden at import: {guard.violations[0]}") from exc
+        raise
+    return original, module

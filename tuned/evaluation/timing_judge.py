@@ -1,0 +1,132 @@
+"""Timing by the judge's clock: interleaved ``call`` requests of ``reps`` repetitions.
+
+The runner (untrusted) only runs ``reps`` calls and synchronizes before it answers; the judge
+times the round trip with its own ``time.perf_counter`` and takes off the round trip of an
+empty request (:meth:`~tuned.evaluation.runners.RunnerProcess.overhead`). A patched clock,
+a fake CUDA event or an invented sample inside the runner changes nothing the judge reads.
+
+- Interpreter: ``interpreter_reps`` rounds of one call each, candidate and incumbent
+  alternating (ABAB, BABA), as :func:`profilers.timing.interleaved_timing` does.
+- GPU: one warm call, then an estimate (8 calls), then ``graph_rounds`` rounds of ``reps``
+  calls sized so a round lasts ``target_ms / graph_rounds``; the runner replays them from a
+  CUDA graph where it can capture one (no host gaps), eagerly otherwise. With an incumbent, the
+  first rounds (``screen_ms``) screen: a candidate above ``screen_slower`` times the
+  incumbent's median stops there. Calls are back to back (no L2 flush between them): the
+  judge's clock cannot tell a flush from the kernel.
+
+Inputs: sets the runners never saw (:meth:`~tuned.evaluation.judge.Evaluation.timing_seeds`),
+one per round (fewer, cycled, when a round's sets would pass 2 GiB; at least two), written
+afresh before every timed call; the output places are poisoned before each call. So a memo,
+even one keyed on the inputs' contents, has nothing to return. The candidate's outputs are
+compared with the reference for that set on the first two rounds and on a random third of
+the others (in the interpreter, on every round: three), and the inputs' places after every
+call: a memo keyed on the input tensors, or a graph that replays nothing, leaves outputs of
+another set or poison behind (``cheat``: computed while timed).
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from profilers.timing import TimingSettings
+from tuned.evaluation.checks import CaseFailure, compare_outputs
+
+if TYPE_CHECKING:
+    from tuned.evaluation.judge import Case, Evaluation, Target
+
+__all__ = ["JudgedTiming"]
+
+_ESTIMATE_REPS = 8
+_SETS_BYTES = 2 << 30  # at most this much input across a case's timed sets
+_CHECK_SHARE = 1 / 3
+
+
+class JudgedTiming:
+    def __init__(self, evaluation: Evaluation, settings: TimingSettings) -> None:
+        self.evaluation = evaluation
+        self.settings = settings
+        self.gpu = evaluation.device == "cuda"
+        self._rng = random.SystemRandom()
+
+    def time_case(
+        self,
+        case: Case,
+        candidate: Target,
+        incumbent: Target | None,
+        inputs_of: Callable[[Case], list[Any]],
+    ) -> tuple[list[float], list[float], bool]:
+        """Seconds per call of the candidate (and of the incumbent, interleaved), and whether
+        screening ended the timing early."""
+        from tuned.evaluation.judge import Case
+
+        ev = self.evaluation
+        rounds = self.settings.graph_rounds if self.gpu else self.settings.interpreter_reps
+        rounds = max(2, rounds)
+        first = inputs_of(Case(case.dims, case.dtype, ev.timing_seeds(case, 1)[0], case.perf))
+        size = sum(int(x.numel()) * x.element_size() for x in first if hasattr(x, "numel"))
+        count = max(2, min(rounds, _SETS_BYTES // max(size, 1)))
+        cases = [Case(case.dims, case.dtype, s, case.perf) for s in ev.timing_seeds(case, count)]
+        sets = [inputs_of(c) for c in cases]
+        atol, rtol = (float(v) for v in ev.kernel["tolerance"][case.dtype])
+        targets = [candidate] + ([incumbent] if incumbent is not None else [])
+        shapes = ev.reference_outputs(cases[0], sets[0])  # the others' only when compared
+        reps = [self._reps(t, cases[0], sets[0]) for t in targets]
+        screen_after = 0
+        if self.gpu and incumbent is not None and self.settings.screen_ms > 0:
+            share = self.settings.screen_ms / max(self.settings.target_ms, 1e-9)
+            screen_after = max(2, round(rounds * share))
+        samples: list[list[float]] = [[] for _ in targets]
+        for r in range(rounds):
+            k = r % len(sets)
+            order = range(len(targets)) if r % 2 == 0 else reversed(range(len(targets)))
+            for i in order:
+                target = targets[i]
+                sampled = r < 2 or not self.gpu or self._rng.random() < _CHECK_SHARE
+                check = i == 0 and sampled
+                outputs, seconds = ev.timed_call(
+                    target,
+                    cases[k],
+                    sets[k],
+                    None,
+                    reps=reps[i],
+                    stable=True,
+                    read=check,
+                    shaped_like=shapes,
+                )
+                overhead = target.runner.overhead()
+                samples[i].append(max(seconds - overhead, 0.0) / reps[i])
+                if check:
+                    reference = ev.reference_outputs(cases[k], sets[k])
+                    try:
+                        compare_outputs(outputs, reference, atol, rtol)
+                    except CaseFailure as failure:
+                        raise CaseFailure(
+                            "cheat", f"outputs computed while timed are wrong ({failure.reason})"
+                        ) from None
+            if screen_after and r + 1 == screen_after and _slower(samples, self.settings):
+                return samples[0], samples[1], True
+        return samples[0], samples[1] if incumbent is not None else [], False
+
+    def _reps(self, target: Target, case: Case, inputs: Sequence[Any]) -> int:
+        """Repetitions per timed call: 1 in the interpreter; on a GPU, from a warm call and an
+        estimate, enough for ``target_ms / graph_rounds`` per round."""
+        if not self.gpu:
+            return 1
+        ev = self.evaluation
+        ev.timed_call(target, case, inputs, None, stable=True, read=False)  # warm, compile
+        _, seconds = ev.timed_call(
+            target, case, inputs, None, reps=_ESTIMATE_REPS, stable=True, read=False
+        )
+        per_call = max((seconds - target.runner.overhead()) / _ESTIMATE_REPS, 1e-7)
+        round_s = self.settings.target_ms / 1e3 / max(1, self.settings.graph_rounds)
+        return max(self.settings.min_reps, min(self.settings.max_reps, int(round_s / per_call)))
+
+
+def _slower(samples: list[list[float]], settings: TimingSettings) -> bool:
+    if len(samples) < 2 or not samples[0] or not samples[1]:
+        return False
+    mine = statistics.median(samples[0])
+    return mine > settings.screen_slower * min(statistics.median(s) for s in samples[1:])
