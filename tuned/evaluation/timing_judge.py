@@ -1,14 +1,18 @@
 """Timing by the judge's clock: interleaved ``call`` requests of ``reps`` repetitions.
 
 The runner (untrusted) only runs ``reps`` calls and synchronizes before it answers; the judge
-times the round trip with its own ``time.perf_counter`` and takes off the round trip of an
-empty request (:meth:`~tuned.evaluation.runners.RunnerProcess.overhead`). A patched clock,
-a fake CUDA event or an invented sample inside the runner changes nothing the judge reads.
+times the round trip with its own ``time.perf_counter`` and takes off what every call costs
+besides the repetitions (:meth:`JudgedTiming._calibrate`: the empty round trip in the
+interpreter; on a GPU, the fixed part of a straight line through calls of 2 and 12
+repetitions, which also holds the runner's checks and the copy of its outputs). A patched
+clock, a fake CUDA event or an invented sample inside the runner changes nothing the judge
+reads.
 
 - Interpreter: ``interpreter_reps`` rounds of one call each, candidate and incumbent
   alternating (ABAB, BABA), as :func:`profilers.timing.interleaved_timing` does.
-- GPU: one warm call, then an estimate (8 calls), then ``graph_rounds`` rounds of ``reps``
-  calls sized so a round lasts ``target_ms / graph_rounds``; the runner replays them from a
+- GPU: a warm call of each calibration length, then up to three calibration pairs, then
+  ``graph_rounds`` rounds of ``reps`` calls sized so a round lasts ``target_ms / graph_rounds``
+  of kernel time; the runner replays them from a
   CUDA graph where it can capture one (no host gaps), eagerly otherwise. With an incumbent, the
   first rounds (``screen_ms``) screen: a candidate above ``screen_slower`` times the
   incumbent's median stops there. Calls are back to back (no L2 flush between them): the
@@ -39,7 +43,9 @@ if TYPE_CHECKING:
 
 __all__ = ["JudgedTiming"]
 
-_ESTIMATE_REPS = 8
+_SHORT, _LONG = 2, 12  # repetitions of the calibration calls (the slope between them)
+_PAIRS = 3
+_LONG_KERNEL_S = 1e-3  # a repetition this long: one calibration pair
 _SETS_BYTES = 2 << 30  # at most this much input across a case's timed sets
 _CHECK_SHARE = 1 / 3
 
@@ -73,7 +79,11 @@ class JudgedTiming:
         atol, rtol = (float(v) for v in ev.kernel["tolerance"][case.dtype])
         targets = [candidate] + ([incumbent] if incumbent is not None else [])
         shapes = ev.reference_outputs(cases[0], sets[0])  # the others' only when compared
-        reps = [self._reps(t, cases[0], sets[0]) for t in targets]
+        calibrated = [self._calibrate(t, cases[0], sets[0]) for t in targets]
+        reps = [r for r, _ in calibrated]
+        # One fixed cost for every target (the same request, checks and copies each way):
+        # a per-target estimate's noise would be a bias between candidate and incumbent.
+        fixed = statistics.median(f for _, f in calibrated)
         screen_after = 0
         if self.gpu and incumbent is not None and self.settings.screen_ms > 0:
             share = self.settings.screen_ms / max(self.settings.target_ms, 1e-9)
@@ -96,8 +106,7 @@ class JudgedTiming:
                     read=check,
                     shaped_like=shapes,
                 )
-                overhead = target.runner.overhead()
-                samples[i].append(max(seconds - overhead, 0.0) / reps[i])
+                samples[i].append(max(seconds - fixed, 0.0) / reps[i])
                 if check:
                     reference = ev.reference_outputs(cases[k], sets[k])
                     try:
@@ -110,19 +119,38 @@ class JudgedTiming:
                 return samples[0], samples[1], True
         return samples[0], samples[1] if incumbent is not None else [], False
 
-    def _reps(self, target: Target, case: Case, inputs: Sequence[Any]) -> int:
-        """Repetitions per timed call: 1 in the interpreter; on a GPU, from a warm call and an
-        estimate, enough for ``target_ms / graph_rounds`` per round."""
-        if not self.gpu:
-            return 1
+    def _calibrate(self, target: Target, case: Case, inputs: Sequence[Any]) -> tuple[int, float]:
+        """(repetitions per timed call, seconds every call costs besides them).
+
+        In the interpreter: 1 repetition, and the empty round trip. On a GPU, every call also
+        pays for the request, the runner's checks and the copy of its outputs back (about a
+        millisecond on an H200, as much as ~200 repetitions of a 5 us kernel): the seconds
+        per repetition are the slope between calls of ``_SHORT`` and ``_LONG`` repetitions
+        (median of a few pairs), the fixed cost what is left at zero repetitions; the
+        repetitions are sized so that a round lasts ``target_ms / graph_rounds`` of kernel
+        time. All of it on the judge's clock."""
         ev = self.evaluation
-        ev.timed_call(target, case, inputs, None, stable=True, read=False)  # warm, compile
-        _, seconds = ev.timed_call(
-            target, case, inputs, None, reps=_ESTIMATE_REPS, stable=True, read=False
-        )
-        per_call = max((seconds - target.runner.overhead()) / _ESTIMATE_REPS, 1e-7)
+        if not self.gpu:
+            return 1, target.runner.overhead()
+        for n in (_SHORT, _LONG):  # compile, capture a graph of each length, warm up
+            ev.timed_call(target, case, inputs, None, reps=n, stable=True, read=False)
+        slopes: list[float] = []
+        bases: list[float] = []
+        for _ in range(_PAIRS):
+            _, short = ev.timed_call(
+                target, case, inputs, None, reps=_SHORT, stable=True, read=False
+            )
+            _, long = ev.timed_call(target, case, inputs, None, reps=_LONG, stable=True, read=False)
+            per = max((long - short) / (_LONG - _SHORT), 1e-7)
+            slopes.append(per)
+            bases.append(short - _SHORT * per)
+            if per > _LONG_KERNEL_S:  # the fixed cost is a small share: one pair will do
+                break
+        per_call = statistics.median(slopes)
+        fixed = max(statistics.median(bases), 0.0)
         round_s = self.settings.target_ms / 1e3 / max(1, self.settings.graph_rounds)
-        return max(self.settings.min_reps, min(self.settings.max_reps, int(round_s / per_call)))
+        reps = int(round_s / per_call)
+        return max(self.settings.min_reps, min(self.settings.max_reps, reps)), fixed
 
 
 def _slower(samples: list[list[float]], settings: TimingSettings) -> bool:
