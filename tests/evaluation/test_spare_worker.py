@@ -91,7 +91,7 @@ def test_a_spare_that_cannot_start_falls_back_to_a_cold_start(
     try:
         client.start()
         assert client.spare_pid is not None
-        os.kill(client.spare_pid, 9)  # the spare dies while waiting
+        os.killpg(client.spare_pid, 9)  # the spare (its sandbox too) dies while waiting
         client.fresh()
         result = client.evaluate(spec, _candidate(spec, spec.module_source, 256))
         assert result.outcome is Outcome.OK, result.reason

@@ -40,6 +40,7 @@ from typing import Any
 
 from profilers.timing import TimingSettings
 from tuned.errors import WorkerError
+from tuned.evaluation.sandbox import SandboxSettings, check_sandbox, descendants, sandboxed
 from tuned.evaluation.shapes import derive_shapes
 from tuned.evaluation.static import candidate_check
 from tuned.outcomes import Candidate, EvalResult, Outcome
@@ -83,6 +84,11 @@ class EvaluationSettings:
     timing: TimingSettings = field(default_factory=TimingSettings)
     #: Inputs and reference outputs a worker keeps across evaluations (tuned.evaluation.case_cache).
     case_cache_bytes: int = 0  # 0: sized from the free device memory (resident), then spilled
+    #: The host-level sandbox of every worker (tuned.evaluation.sandbox, docs/security.md).
+    sandbox: SandboxSettings = field(default_factory=SandboxSettings)
+    #: One hard deadline per candidate, from its request to its result, that no message of
+    #: the worker extends (``None``: the sum of the phase deadlines).
+    candidate_timeout_s: float | None = None
 
     def deadline(self, phase: str) -> float:
         return {
@@ -91,6 +97,18 @@ class EvaluationSettings:
             "correctness": self.correctness_timeout_s,
             "benchmark": self.benchmark_timeout_s,
         }.get(phase, self.load_timeout_s)
+
+    @property
+    def candidate_deadline(self) -> float:
+        """Seconds one candidate may take in all, whatever its worker says."""
+        if self.candidate_timeout_s is not None:
+            return self.candidate_timeout_s
+        return sum(self.deadline(p) for p in _PHASES)
+
+
+#: The phases a worker goes through, in order; announcing one resets only its own deadline,
+#: once, and only forward (a repeated or earlier phase changes nothing).
+_PHASES = ("load", "compile", "correctness", "benchmark")
 
 
 def worker_environment(
@@ -134,6 +152,9 @@ class _LineReader:
         """A line; ``b""`` at end of file; ``None`` if ``timeout`` passed first."""
         deadline = time.monotonic() + timeout
         while b"\n" not in self.buffer:
+            if len(self.buffer) > _MAX_LINE:  # no end in sight: hand it over, it is refused
+                line, self.buffer = self.buffer, b""
+                return line
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None
@@ -146,6 +167,30 @@ class _LineReader:
             self.buffer += chunk
         line, _, self.buffer = self.buffer.partition(b"\n")
         return line
+
+    def pending(self) -> bool:
+        """Whether anything was written that nobody read yet (end of file counts)."""
+        if self.buffer:
+            return True
+        ready, _, _ = select.select([self.fd], [], [], 0)
+        return bool(ready)
+
+
+#: A message longer than this is not a message (a worker's result is a few kilobytes).
+_MAX_LINE = 16 << 20
+
+
+def _parse_message(line: bytes) -> tuple[dict[str, Any] | None, str | None]:
+    """A worker's line as a message, or ``None`` and what is wrong with it."""
+    if len(line) > _MAX_LINE:
+        return None, f"a line of {len(line)} bytes"
+    try:
+        message = json.loads(line)
+    except (UnicodeDecodeError, ValueError):
+        return None, f"a line that is not JSON ({line[:80]!r})"
+    if not isinstance(message, dict):
+        return None, f"a JSON {type(message).__name__}, not a message"
+    return message, None
 
 
 #: Spare workers kept started on a GPU (see the module docstring). On the H100 box, with a
@@ -195,6 +240,7 @@ class WorkerClient:
         #: interpreter. Set by :meth:`start`.
         self.target: dict[str, Any] | None = None
         self.starts = 0
+        self._requests = 0  # evaluate requests sent: each result must name its own
         self._child: _Child | None = None  # the running worker
 
     # -- lifecycle
@@ -245,6 +291,12 @@ class WorkerClient:
         """The worker's and the spares' process ids (their GPU use is this client's)."""
         children = [self._child, *self._spares]
         return {c.proc.pid for c in children if c is not None}
+
+    def process_ids(self) -> set[int]:
+        """Every process of the worker and the spares, those started inside their sandboxes
+        included (:meth:`pids` are the processes this client started: ``bwrap`` when
+        sandboxed). NVML names a GPU's users by these."""
+        return descendants(self.pids())
 
     @property
     def spare_pid(self) -> int | None:
@@ -337,7 +389,11 @@ class WorkerClient:
 
     def _read_message(self, child: _Child) -> dict[str, Any] | None:
         line = child.reader.read_line(self.settings.startup_timeout_s)
-        message: dict[str, Any] | None = json.loads(line) if line else None
+        if not line:
+            return None
+        message, problem = _parse_message(line)
+        if message is None:
+            return {"type": "error", "reason": f"the worker sent {problem}"}
         return message
 
     def _stop_current(self) -> None:
@@ -378,11 +434,21 @@ class WorkerClient:
             return EvalResult(Outcome.REJECTED_STATIC, reason=rejection, phase="static")
         self.start()
         assert self._child is not None
+        if self._child.reader.pending():
+            # Words nobody asked for (e.g. a second result of the previous request): the worker
+            # is not trusted with another request; this one runs in a fresh worker.
+            log.warning("the evaluation worker spoke between requests; it was replaced")
+            self._stop_current()
+            self.start()
+            assert self._child is not None
         child = self._child
+        self._requests += 1
+        request_id = self._requests
         payload = _kernel_payload(spec)
         self._prepare_spares(payload, self._options())
         request = {
             "op": "evaluate",
+            "request": request_id,
             "kernel": payload,
             "candidate": {
                 "id": candidate.id,
@@ -402,30 +468,76 @@ class WorkerClient:
             os.write(child.to_worker, (json.dumps(request) + "\n").encode())
         except BrokenPipeError:
             return self._crashed("load", time.monotonic())
-        phase, phase_started, started = "load", time.monotonic(), time.monotonic()
+        return self._await_result(child, request_id)
+
+    def _await_result(self, child: _Child, request_id: int) -> EvalResult:
+        """Read the worker's answer to request ``request_id`` under one hard deadline.
+
+        ``phase`` messages name the phase (the reason of a timeout) and give it its own,
+        shorter deadline, once and only forward, never past the candidate's hard deadline
+        (:attr:`EvaluationSettings.candidate_deadline`). Anything else than a well-formed
+        ``phase`` or a ``result`` for this request (a line that is not JSON, an unknown
+        message, a result of another request) ends the worker: a crash of this candidate,
+        and the next request runs in a fresh worker (docs/security.md, "The channel")."""
+        started = time.monotonic()
+        hard = started + self.settings.candidate_deadline
+        phase, phase_end, seen = "load", started + self.settings.deadline("load"), {"load"}
         while True:
-            remaining = self.settings.deadline(phase) - (time.monotonic() - phase_started)
-            line = child.reader.read_line(max(remaining, 0.0))
+            now = time.monotonic()
+            line = child.reader.read_line(max(min(phase_end, hard) - now, 0.0))
             if line is None:
                 self._stop_current()
-                limit = self.settings.deadline(phase)
+                if phase_end < hard:
+                    limit, what = self.settings.deadline(phase), f"{phase} exceeded its"
+                else:
+                    limit, what = self.settings.candidate_deadline, "the candidate exceeded its"
                 return EvalResult(
                     Outcome.TIMEOUT,
                     phase=phase,
-                    reason=f"{phase} exceeded its {limit:g} s deadline; "
-                    "the worker's process group was killed",
-                    phase_seconds={phase: time.monotonic() - phase_started},
+                    reason=f"{what} {limit:g} s deadline; the worker's process group was killed",
+                    phase_seconds={phase: time.monotonic() - started},
                 )
             if line == b"":
                 return self._crashed(phase, started)
-            message = json.loads(line)
-            if message.get("type") == "phase":
-                phase, phase_started = str(message["phase"]), time.monotonic()
+            message, problem = _parse_message(line)
+            if message is not None and message.get("type") == "phase":
+                announced = message.get("phase")
+                if announced in _PHASES and announced not in seen:
+                    if _PHASES.index(announced) > _PHASES.index(phase):
+                        phase = str(announced)
+                        phase_end = time.monotonic() + self.settings.deadline(phase)
+                    seen.add(str(announced))
                 continue
-            if message.get("type") == "result":
-                if message.get("fatal"):
-                    self._stop_current()
-                return EvalResult.from_dict(message["result"])
+            if message is not None and message.get("type") == "result":
+                if message.get("request") != request_id:
+                    problem = (
+                        f"a result for request {message.get('request')!r} while request "
+                        f"{request_id} was running"
+                    )
+                else:
+                    try:
+                        result = EvalResult.from_dict(message["result"])
+                    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                        problem = f"a malformed result ({type(exc).__name__}: {exc})"
+                    else:
+                        if message.get("fatal"):
+                            self._stop_current()
+                        return result
+            elif message is not None:
+                problem = f"an unexpected message of type {message.get('type')!r}"
+            return self._broken_channel(phase, started, problem or "an unreadable message")
+
+    def _broken_channel(self, phase: str, started: float, problem: str) -> EvalResult:
+        """The worker broke the protocol: kill it; a crash of this candidate only."""
+        self._stop_current()
+        log.warning("the evaluation worker sent %s; it was replaced", problem)
+        return EvalResult(
+            Outcome.CRASH,
+            phase=phase,
+            reason=f"the worker broke the protocol during {phase}: it sent {problem}; "
+            "the worker's process group was killed",
+            phase_seconds={phase: time.monotonic() - started},
+        )
 
     def _options(self) -> dict[str, Any]:
         return {
@@ -452,6 +564,8 @@ class WorkerClient:
                 code = self._child.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 code = None
+        if code is not None and code > 128 and self.settings.sandbox.enabled:
+            code = 128 - code  # bwrap exits with 128 + N when its command was killed by N
         if code is None:
             how = "stopped answering"
         elif code < 0:
@@ -494,29 +608,44 @@ def spawn_child(
     cache_dir: Path,
     env: Mapping[str, str] | None = None,
 ) -> tuple[subprocess.Popen[bytes], int, int]:
-    """Start ``python -m module REQUEST_FD ANSWER_FD workdir/modules`` isolated: its own
-    session and process group (killed as a whole), the scrubbed environment of
-    :func:`worker_environment` with ``cache_dir`` as its Triton cache, stdout and stderr to
-    ``workdir/stderr.log``; ``env`` is set over the inherited environment (a GPU's
-    ``CUDA_VISIBLE_DEVICES``). Returns the process, the fd to write requests to and the fd
-    to read answers from. Raises ``OSError`` (with nothing left open) when it cannot start."""
-    req_r, req_w = os.pipe()
-    res_r, res_w = os.pipe()
+    """Start ``python -m module REQUEST_FD ANSWER_FD workdir/modules`` isolated: in the
+    sandbox of ``settings.sandbox`` (:mod:`tuned.evaluation.sandbox`: writable only its
+    ``workdir/modules``, ``cache_dir`` and a private ``/tmp``), its own session and process
+    group (killed as a whole), the scrubbed environment of :func:`worker_environment` with
+    ``cache_dir`` as its Triton cache, stdout and stderr to ``workdir/stderr.log``; ``env`` is
+    set over the inherited environment (a GPU's ``CUDA_VISIBLE_DEVICES``). Returns the
+    process, the fd to write requests to and the fd to read answers from. Raises ``OSError``
+    (with nothing left open) when it cannot start, :class:`~tuned.evaluation.sandbox.SandboxError`
+    when the sandbox cannot run here."""
+    check_sandbox(settings.sandbox)
+    modules = workdir / "modules"
+    modules.mkdir(parents=True, exist_ok=True)
+    cache_dir.mkdir(parents=True, exist_ok=True)
     child_env = worker_environment(
         {**os.environ, **(env or {})},
         interpreter=settings.interpreter,
         cache_dir=cache_dir,
         memory_limit=settings.memory_limit_bytes,
     )
+    req_r, req_w = os.pipe()
+    res_r, res_w = os.pipe()
+    launch = sandboxed(
+        [python, "-m", module, str(req_r), str(res_w), str(modules)],
+        settings=settings.sandbox,
+        env=child_env,
+        writable=[modules, cache_dir, Path(child_env["TMPDIR"])],
+        cwd=workdir,
+        pass_fds=(req_r, res_w),
+    )
     try:
         with open(workdir / "stderr.log", "wb") as stderr:
             proc = subprocess.Popen(
-                [python, "-m", module, str(req_r), str(res_w), str(workdir / "modules")],
+                launch.argv,
                 stdin=subprocess.DEVNULL,
                 stdout=stderr,
                 stderr=stderr,
-                env=child_env,
-                pass_fds=(req_r, res_w),
+                env=launch.env,
+                pass_fds=launch.pass_fds,
                 start_new_session=True,
                 cwd=workdir,
             )
@@ -527,6 +656,7 @@ def spawn_child(
     finally:
         os.close(req_r)
         os.close(res_w)
+        launch.close()
     return proc, req_w, res_r
 
 

@@ -763,7 +763,9 @@ def _serve(channel: Channel, device: str, loader: ModuleLoader, timers: TimerSna
                 "reason": short("".join(traceback.format_exception_only(type(exc), exc))),
                 "phase_seconds": evaluation.phase_seconds,
             }
-        channel.send({"type": "result", "result": result, "fatal": fatal})
+        # "request": the client's number of the request, echoed (a result must name its own).
+        answer = {"type": "result", "request": request.get("request"), "result": result}
+        channel.send({**answer, "fatal": fatal})
         if fatal:
             return
 
