@@ -111,7 +111,12 @@ def test_a_client_pins_its_worker_with_its_own_environment(tmp_path: Path, devic
     )
     try:
         client.start()
-        (pid,) = client.pids()
+        # the worker itself: the process that is not one of its sandbox's bwrap processes
+        (pid,) = [
+            p
+            for p in client.process_ids()
+            if Path(f"/proc/{p}/comm").read_text().strip() != "bwrap"
+        ]
         environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         assert f"CUDA_VISIBLE_DEVICES={device}".encode() in environ
     finally:

@@ -40,7 +40,13 @@ from typing import Any
 
 from profilers.timing import TimingSettings
 from tuned.errors import WorkerError
-from tuned.evaluation.sandbox import SandboxSettings, check_sandbox, descendants, sandboxed
+from tuned.evaluation.sandbox import (
+    SandboxSettings,
+    check_sandbox,
+    descendants,
+    exit_status,
+    sandboxed,
+)
 from tuned.evaluation.shapes import derive_shapes
 from tuned.evaluation.static import candidate_check
 from tuned.outcomes import Candidate, EvalResult, Outcome
@@ -564,8 +570,8 @@ class WorkerClient:
                 code = self._child.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 code = None
-        if code is not None and code > 128 and self.settings.sandbox.enabled:
-            code = 128 - code  # bwrap exits with 128 + N when its command was killed by N
+        if code is not None:
+            code = exit_status(code, self.settings.sandbox)
         if code is None:
             how = "stopped answering"
         elif code < 0:

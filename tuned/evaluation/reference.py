@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tuned.evaluation.sandbox import SandboxSettings, check_sandbox, sandboxed
+from tuned.evaluation.sandbox import SandboxSettings, check_sandbox, exit_status, sandboxed
 from tuned.outcomes import EvalResult, Outcome
 from tuned.registry.spec import KernelSpec
 
@@ -148,8 +148,7 @@ def measure_reference(
                 reason=f"measuring the reference exceeded its {timeout_s:g} s deadline",
             ), time.monotonic() - t0
     wall = time.monotonic() - t0
-    if code > 128 and sandbox.enabled:
-        code = 128 - code  # bwrap exits with 128 + N when its command was killed by N
+    code = exit_status(code, sandbox)
     if code != 0 or not result_path.exists():
         how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
         tail = (workdir / "stderr.log").read_bytes()[-800:].decode("utf-8", "replace").strip()

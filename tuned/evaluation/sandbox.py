@@ -53,6 +53,7 @@ __all__ = [
     "SandboxSettings",
     "check_sandbox",
     "descendants",
+    "exit_status",
     "find_bwrap",
     "sandboxed",
     "socket_filter",
@@ -124,6 +125,12 @@ class Launch:
         for fd in self.close_after:
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def exit_status(code: int, settings: SandboxSettings) -> int:
+    """A sandboxed command's exit status as :class:`subprocess.Popen` gives it unsandboxed:
+    ``-N`` when signal N killed it (``bwrap`` exits with ``128 + N`` then)."""
+    return 128 - code if settings.enabled and code > 128 else code
 
 
 def find_bwrap(settings: SandboxSettings) -> str:
@@ -206,6 +213,7 @@ def sandboxed(
     if not settings.enabled:
         return Launch(list(command), dict(env), tuple(pass_fds))
     bwrap = find_bwrap(settings)
+    cwd = Path(cwd).resolve()
     args = [
         bwrap,
         "--unshare-user",
@@ -225,6 +233,8 @@ def sandboxed(
         "ALL",
     ]
     args += _filesystem(writable, settings.hidden)
+    if not any(Path(w).resolve() in (cwd, *cwd.parents) for w in writable):
+        args[-2:-2] = ["--dir", str(cwd)]  # before --remount-ro: its directory exists
     args += ["--chdir", str(cwd), "--clearenv"]
     inner_env = {"TMPDIR": "/tmp", **env, "HOME": "/tmp"}
     for key, value in sorted(inner_env.items()):
