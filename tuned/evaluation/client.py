@@ -41,6 +41,7 @@ from typing import Any
 from profilers.timing import TimingSettings
 from tuned.errors import WorkerError
 from tuned.evaluation.sandbox import (
+    WORKDIR,
     SandboxSettings,
     check_sandbox,
     descendants,
@@ -616,8 +617,9 @@ def spawn_child(
 ) -> tuple[subprocess.Popen[bytes], int, int]:
     """Start ``python -m module REQUEST_FD ANSWER_FD workdir/modules`` isolated: in the
     sandbox of ``settings.sandbox`` (:mod:`tuned.evaluation.sandbox`: writable only its
-    ``workdir/modules``, ``cache_dir`` and a private ``/tmp``), its own session and process
-    group (killed as a whole), the scrubbed environment of :func:`worker_environment` with
+    ``workdir/modules``, ``cache_dir`` and ``TMPDIR``, mounted at ``/ktuned/modules``,
+    ``/ktuned/triton-cache`` and ``/ktuned/tmp``, and a private ``/tmp``), its own session and
+    process group (killed as a whole), the scrubbed environment of :func:`worker_environment` with
     ``cache_dir`` as its Triton cache, stdout and stderr to ``workdir/stderr.log``; ``env`` is
     set over the inherited environment (a GPU's ``CUDA_VISIBLE_DEVICES``). Returns the
     process, the fd to write requests to and the fd to read answers from. Raises ``OSError``
@@ -633,14 +635,23 @@ def spawn_child(
         cache_dir=cache_dir,
         memory_limit=settings.memory_limit_bytes,
     )
+    modules_arg, cwd, writable = str(modules), str(workdir), []
+    if settings.sandbox.enabled:  # its directories, at paths that say nothing of the host's
+        tmp = Path(child_env["TMPDIR"])
+        modules_arg, cwd = f"{WORKDIR}/modules", WORKDIR
+        writable = [(modules, modules_arg), (cache_dir, f"{WORKDIR}/triton-cache")]
+        writable += [(tmp, f"{WORKDIR}/tmp")]
+        child_env.update(
+            TRITON_CACHE_DIR=f"{WORKDIR}/triton-cache", TRITON_HOME=WORKDIR, TMPDIR=f"{WORKDIR}/tmp"
+        )
     req_r, req_w = os.pipe()
     res_r, res_w = os.pipe()
     launch = sandboxed(
-        [python, "-m", module, str(req_r), str(res_w), str(modules)],
+        [python, "-m", module, str(req_r), str(res_w), modules_arg],
         settings=settings.sandbox,
         env=child_env,
-        writable=[modules, cache_dir, Path(child_env["TMPDIR"])],
-        cwd=workdir,
+        writable=writable,
+        cwd=cwd,
         pass_fds=(req_r, res_w),
     )
     try:

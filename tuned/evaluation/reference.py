@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tuned.evaluation.sandbox import SandboxSettings, check_sandbox, exit_status, sandboxed
+from tuned.evaluation.sandbox import WORKDIR, SandboxSettings, check_sandbox, exit_status, sandboxed
 from tuned.outcomes import EvalResult, Outcome
 from tuned.registry.spec import KernelSpec
 
@@ -114,12 +114,19 @@ def measure_reference(
     env = worker_environment(
         os.environ, interpreter=interpreter, cache_dir=workdir / "triton-cache", memory_limit=None
     )
+    inside, cwd, writable = workdir, str(workdir), []
+    if sandbox.enabled:  # its directory, at a path that says nothing of the host's
+        inside, cwd, writable = Path(WORKDIR), WORKDIR, [(workdir, WORKDIR)]
+        env.update(
+            TRITON_CACHE_DIR=f"{WORKDIR}/triton-cache", TRITON_HOME=WORKDIR, TMPDIR=f"{WORKDIR}/tmp"
+        )
+    request_arg, result_arg = str(inside / "request.json"), str(inside / "result.json")
     launch = sandboxed(
-        [python, "-m", "tuned.evaluation.reference", str(request_path), str(result_path)],
+        [python, "-m", "tuned.evaluation.reference", request_arg, result_arg],
         settings=sandbox,
         env=env,
-        writable=[workdir],
-        cwd=workdir,
+        writable=writable,
+        cwd=cwd,
     )
     t0 = time.monotonic()
     with open(workdir / "stderr.log", "wb") as log:

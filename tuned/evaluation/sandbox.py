@@ -9,8 +9,10 @@ with the worker's privileges. So the worker's privileges are cut down by the ker
 - its own user namespace, as ``nobody`` (65534), with no capabilities and no way to create
   another namespace (``--disable-userns``);
 - its own PID namespace (the daemon's ``/proc`` is not there; when the sandbox's first process
-  dies, the kernel kills every process it started, ``setsid`` and double forks included), its
-  own IPC, UTS and network namespaces (no network: only a loopback that is down);
+  dies, the kernel kills every process it started, ``setsid`` and double forks included) and
+  network namespace (no network: only a loopback that is down); the IPC namespace is the
+  daemon's (the systemd unit makes that one private: ``PrivateIPC=yes``), so that the unit
+  need not allow more namespaces (docs/security.md);
 - a file system made of read-only binds of what Python, PyTorch, Triton and ktuned need (the
   system's ``/usr``, the interpreter's prefix, the directories on ``sys.path``, a few files of
   ``/etc``), the GPU's device nodes when present, a private ``/tmp`` (tmpfs), and the few
@@ -48,6 +50,7 @@ from tuned.errors import WorkerError
 
 __all__ = [
     "SANDBOX_MODES",
+    "WORKDIR",
     "Launch",
     "SandboxError",
     "SandboxSettings",
@@ -61,6 +64,9 @@ __all__ = [
 
 #: ``bwrap``: every worker in the sandbox (the default); ``none``: plain child processes.
 SANDBOX_MODES = ("bwrap", "none")
+
+#: Where a worker's own directories are mounted inside the sandbox (its ``cwd``).
+WORKDIR = "/ktuned"
 
 #: The uid and gid candidate code runs as inside the sandbox (``nobody``).
 SANDBOX_UID = 65534
@@ -203,17 +209,23 @@ def sandboxed(
     *,
     settings: SandboxSettings,
     env: Mapping[str, str],
-    writable: Sequence[Path],
-    cwd: Path,
+    writable: Sequence[Path | tuple[Path, str]],
+    cwd: Path | str,
     pass_fds: Sequence[int] = (),
 ) -> Launch:
     """``command`` as it is started under ``settings``: in ``bwrap`` with ``writable`` (and a
     private ``/tmp``) as the only writable places, ``env`` as its whole environment, ``cwd``
-    as its directory and ``pass_fds`` still open; or, with ``mode: none``, as it is."""
+    as its directory and ``pass_fds`` still open; or, with ``mode: none``, as it is.
+
+    A ``writable`` entry is a host directory mounted at its own path, or ``(host directory,
+    path inside)``: the worker then knows nothing of where its files are on the host, and no
+    parent directory of them (the state directory) exists in the sandbox."""
     if not settings.enabled:
         return Launch(list(command), dict(env), tuple(pass_fds))
     bwrap = find_bwrap(settings)
-    cwd = Path(cwd).resolve()
+    binds = [(Path(w).resolve(), str(Path(w).resolve())) if isinstance(w, (str, Path))
+             else (Path(w[0]).resolve(), w[1]) for w in writable]  # fmt: skip
+    cwd = str(cwd)
     args = [
         bwrap,
         "--unshare-user",
@@ -223,8 +235,6 @@ def sandboxed(
         str(SANDBOX_UID),
         "--disable-userns",
         "--unshare-pid",
-        "--unshare-ipc",
-        "--unshare-uts",
         "--unshare-net",
         "--unshare-cgroup-try",
         "--die-with-parent",
@@ -232,10 +242,10 @@ def sandboxed(
         "--cap-drop",
         "ALL",
     ]
-    args += _filesystem(writable, settings.hidden)
-    if not any(Path(w).resolve() in (cwd, *cwd.parents) for w in writable):
-        args[-2:-2] = ["--dir", str(cwd)]  # before --remount-ro: its directory exists
-    args += ["--chdir", str(cwd), "--clearenv"]
+    args += _filesystem(binds, settings.hidden)
+    if not any(Path(inside) in (Path(cwd), *Path(cwd).parents) for _, inside in binds):
+        args[-2:-2] = ["--dir", cwd]  # before --remount-ro: its directory exists
+    args += ["--chdir", cwd, "--clearenv"]
     inner_env = {"TMPDIR": "/tmp", **env, "HOME": "/tmp"}
     for key, value in sorted(inner_env.items()):
         args += ["--setenv", key, value]
@@ -254,7 +264,7 @@ def sandboxed(
     return Launch(args, bwrap_env, tuple(fds), tuple(close_after))
 
 
-def _filesystem(writable: Sequence[Path], hidden: Sequence[Path]) -> list[str]:
+def _filesystem(writable: Sequence[tuple[Path, str]], hidden: Sequence[Path]) -> list[str]:
     args: list[str] = []
     for name in _SYSTEM_DIRS:
         path = Path(name)
@@ -281,10 +291,9 @@ def _filesystem(writable: Sequence[Path], hidden: Sequence[Path]) -> list[str]:
             args += ["--tmpfs", str(path)]
         elif path.exists():
             args += ["--ro-bind", "/dev/null", str(path)]
-    for path in writable:
-        path = Path(path).resolve()
+    for path, inside in writable:
         path.mkdir(parents=True, exist_ok=True)
-        args += ["--bind", str(path), str(path)]
+        args += ["--bind", str(path), inside]
     args += ["--remount-ro", "/"]
     return args
 
