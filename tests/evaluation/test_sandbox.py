@@ -51,7 +51,16 @@ def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, 
     config.write_text(f"llm:\n  api_key_file: {creds / 'llm.api_key'}\n")
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(creds))
-    yield {"creds": creds, "state": state, "config": config, "work": state / "workers" / "0"}
+    # A process started with the key in its environment, as systemd starts the daemon.
+    with subprocess.Popen(["sleep", "600"], env=dict(os.environ)) as daemon:
+        yield {
+            "creds": creds,
+            "state": state,
+            "config": config,
+            "work": state / "workers" / "0",
+            "daemon_pid": Path(str(daemon.pid)),
+        }
+        daemon.kill()
 
 
 def _probe(host: dict[str, Path], code: str, settings: SandboxSettings | None = None) -> dict:
@@ -106,7 +115,7 @@ def test_a_worker_cannot_read_the_key_the_store_the_config_or_the_daemon(
             _attempt("key", f"open({str(key)!r}).read()"),
             _attempt("store", f"open({str(store)!r}, 'rb').read()"),
             _attempt("config", f"open({str(config)!r}).read()"),
-            _attempt("daemon_environ", f"open('/proc/{os.getpid()}/environ', 'rb').read()"),
+            _attempt("daemon_environ", f"open('/proc/{host['daemon_pid']}/environ', 'rb').read()"),
             "report['environ'] = dict(os.environ)",
             "report['ppid'] = os.getppid()",
             "report['proc_pids'] = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())",

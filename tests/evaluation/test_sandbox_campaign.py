@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,7 +29,12 @@ from tuned.registry import load_entry
 from tuned.search import Campaign, TuneSettings
 from tuned.store import SqliteStore
 
-SIDE = sorted((Path(__file__).resolve().parents[1] / "adversarial").glob("side_*.py"))
+# side_stream.py is a cheat of the older corpus (a side CUDA stream), not a host attack.
+SIDE = sorted(
+    p
+    for p in (Path(__file__).resolve().parents[1] / "adversarial").glob("side_*.py")
+    if p.name != "side_stream.py"
+)
 SECRET = "sk-ktuned-test-0123456789"
 ALLOWED = {Outcome.CHEAT, Outcome.INCORRECT, Outcome.CRASH, Outcome.TIMEOUT}
 
@@ -47,6 +53,13 @@ def test_the_hostile_corpus_covers_every_class() -> None:
         assert any(needed in n for n in names), needed
     assert {"side_phase_spam", "side_setsid_escape", "side_ctypes_socket"} <= names
     assert {_expectation(p)[0] for p in SIDE} <= ALLOWED
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
 
 
 def _escapees() -> list[int]:
@@ -74,6 +87,9 @@ def test_hostile_candidates_reach_nothing_and_the_tuner_stays_up(
     key.write_text(SECRET)
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)  # the daemon's own environment
     monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(creds))
+    # A process started with the key in its environment, as systemd starts the daemon: its
+    # /proc/<pid>/environ holds the key (this test's own was fixed when pytest started).
+    daemon = subprocess.Popen(["sleep", "600"], env=dict(os.environ))
     state = tmp_path / "state"
     precious = state / "precious.txt"
     spec = load_entry(write_entry())
@@ -91,7 +107,7 @@ def test_hostile_candidates_reach_nothing_and_the_tuner_stays_up(
     outside = [sys.prefix + "/pwned.txt", "/var/tmp/ktuned-pwned.txt"]
     recorded: dict[str, Outcome] = {}
     problems: list[str] = []
-    with WorkerClient(workdir=state / "workers" / "0", settings=settings) as client:
+    with daemon, WorkerClient(workdir=state / "workers" / "0", settings=settings) as client:
         fid = store.record_fingerprint(client.start())
         campaign = Campaign(
             spec=spec,
@@ -119,17 +135,22 @@ def test_hostile_candidates_reach_nothing_and_the_tuner_stays_up(
                     f"{result.outcome.value} in {time.monotonic() - started:.1f} s: {result.reason}"
                 )
             # Nothing it touched changed on the host.
-            if key.read_text() != SECRET or precious.read_text() != "precious":
+            if _read(key) != SECRET or _read(precious) != "precious":
                 problems.append(f"{path.name}: the key or a file beside the store changed")
+                key.write_text(SECRET)
+                precious.write_text("precious")
             pwned = [str(p) for p in tmp_path.rglob("pwned*")] + [
                 p for p in outside if os.path.exists(p)
             ]
             if pwned:
                 problems.append(f"{path.name}: wrote {pwned}")
-            with sqlite3.connect(state / "ktuned.sqlite") as db:
-                tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
-            if "forged_acceptance" in tables:
-                problems.append(f"{path.name}: forged a row in the store")
+            if not (state / "ktuned.sqlite").exists():
+                problems.append(f"{path.name}: deleted the store")
+            else:
+                with sqlite3.connect(state / "ktuned.sqlite") as db:
+                    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
+                if "forged_acceptance" in tables:
+                    problems.append(f"{path.name}: forged a row in the store")
             # The tuner is up and the next candidate gets its own, right, result.
             good = Candidate(
                 kernel=spec.name,
@@ -142,10 +163,11 @@ def test_hostile_candidates_reach_nothing_and_the_tuner_stays_up(
             recorded[good.id] = after.outcome
             if after.outcome is not Outcome.OK:
                 problems.append(f"after {path.name}: a correct kernel got {after}")
+        daemon.kill()
     deadline = time.monotonic() + 10
     while _escapees() and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert _escapees() == [], "a process of a hostile candidate outlived its worker"
     assert problems == [], "\n".join(problems)
+    assert _escapees() == [], "a process of a hostile candidate outlived its worker"
     trials = store.trials(spec.name, spec.generation, fid)
     assert {t.candidate_id: t.result.outcome for t in trials} == recorded  # nothing shifted

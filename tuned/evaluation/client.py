@@ -153,14 +153,18 @@ class _LineReader:
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
-        self.buffer = b""
+        self.buffer = bytearray()
+        self._scanned = 0  # bytes of ``buffer`` known to hold no newline
 
     def read_line(self, timeout: float) -> bytes | None:
-        """A line; ``b""`` at end of file; ``None`` if ``timeout`` passed first."""
+        """A line; ``b""`` at end of file; ``None`` if ``timeout`` passed first. A line longer
+        than :data:`_MAX_LINE` is handed over as it stands (and refused by the caller)."""
         deadline = time.monotonic() + timeout
-        while b"\n" not in self.buffer:
+        while (end := self.buffer.find(b"\n", self._scanned)) < 0:
+            self._scanned = len(self.buffer)
             if len(self.buffer) > _MAX_LINE:  # no end in sight: hand it over, it is refused
-                line, self.buffer = self.buffer, b""
+                line = bytes(self.buffer)
+                self.buffer, self._scanned = bytearray(), 0
                 return line
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -172,7 +176,9 @@ class _LineReader:
             if not chunk:
                 return b""
             self.buffer += chunk
-        line, _, self.buffer = self.buffer.partition(b"\n")
+        line = bytes(self.buffer[:end])
+        del self.buffer[: end + 1]
+        self._scanned = 0
         return line
 
     def pending(self) -> bool:

@@ -1,6 +1,6 @@
 # expect: incorrect: 
-"""Tries to gain capabilities in a new user namespace (unshare through ctypes), the first step of most container escapes."""
-import ctypes
+"""Reads the host's secrets: /etc/shadow, SSH keys, other users' homes, the daemon's config in /etc/ktuned."""
+import glob
 import torch
 import triton
 import triton.language as tl
@@ -14,8 +14,15 @@ def _add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 def _attack():
-    libc = ctypes.CDLL(None, use_errno=True)
-    return libc.unshare(0x10000000) == 0  # CLONE_NEWUSER
+    paths = ["/etc/shadow", "/etc/ktuned/ktuned.yaml"] + glob.glob("/root/.ssh/*") + glob.glob("/home/*/.ssh/*")
+    for path in paths:
+        try:
+            with open(path, "rb") as f:
+                if f.read(1):
+                    return True
+        except OSError:
+            pass
+    return False
 
 
 def add(x, y, BLOCK=256, num_warps=4):
