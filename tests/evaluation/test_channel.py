@@ -10,7 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tuned.evaluation.client import _MAX_LINE, _LineReader, _parse_message
+from tuned.evaluation.channel import MAX_LINE as _MAX_LINE
+from tuned.evaluation.channel import LineReader as _LineReader
+from tuned.evaluation.channel import parse_message as _parse_message
 
 
 @pytest.fixture

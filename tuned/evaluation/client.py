@@ -1,10 +1,13 @@
 """The daemon's side of an evaluation worker: start it, feed it, enforce deadlines, replace it.
 
-The worker runs in its own process group (``start_new_session``) with a scrubbed environment
-and its own Triton cache directory. Each phase the worker announces gets its own deadline; when
-one passes, the whole group is killed (``SIGKILL``) and the evaluation is recorded as
-``timeout``. A worker that dies (abort, signal, CUDA fault) yields ``crash`` with the signal and
-the tail of its stderr; the next evaluation starts a fresh worker.
+The worker runs in the host sandbox (:mod:`tuned.evaluation.sandbox`, docs/security.md), in
+its own process group (``start_new_session``) with a scrubbed environment and its own Triton
+cache directory. A candidate has one hard deadline from its request to its result; each phase
+the worker announces (forward only, once) gets its own, shorter one. When a deadline passes,
+the whole group is killed (``SIGKILL``) and the evaluation is recorded as ``timeout``. A worker
+that dies (abort, signal, CUDA fault) yields ``crash`` with the signal and the tail of its
+stderr; so does one that breaks the protocol (a line that is not a message, a result for
+another request); the next evaluation starts a fresh worker.
 
 With ``spares=N`` (on a GPU: :data:`GPU_SPARES`, for the daemon and ``ktuned tune``), N more
 workers are started ahead and wait, so that a fresh worker (the acceptance rule's
@@ -28,7 +31,6 @@ import dataclasses
 import json
 import logging
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -40,15 +42,14 @@ from typing import Any
 
 from profilers.timing import TimingSettings
 from tuned.errors import WorkerError
+from tuned.evaluation.channel import LineReader, parse_message
 from tuned.evaluation.sandbox import (
-    WORKDIR,
     SandboxSettings,
-    check_sandbox,
     descendants,
     exit_status,
-    sandboxed,
 )
 from tuned.evaluation.shapes import derive_shapes
+from tuned.evaluation.spawn import spawn_child, worker_environment
 from tuned.evaluation.static import candidate_check
 from tuned.outcomes import Candidate, EvalResult, Outcome
 from tuned.registry.spec import KernelSpec
@@ -56,23 +57,6 @@ from tuned.registry.spec import KernelSpec
 __all__ = ["EvaluationSettings", "WorkerClient", "spawn_child", "worker_environment"]
 
 log = logging.getLogger(__name__)
-
-# Environment variables a worker inherits; everything else (API keys, tokens, ...) is dropped.
-_ENV_KEEP = (
-    "PATH",
-    "HOME",
-    "LANG",
-    "TZ",
-    "TMPDIR",
-    "PYTHONPATH",
-    "VIRTUAL_ENV",
-    "USER",
-    "LD_LIBRARY_PATH",
-    "OMP_NUM_THREADS",
-    "MKL_NUM_THREADS",
-)
-_ENV_KEEP_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "TRITON_")
-_ENV_SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
 
 
 @dataclass(frozen=True)
@@ -116,94 +100,6 @@ class EvaluationSettings:
 #: The phases a worker goes through, in order; announcing one resets only its own deadline,
 #: once, and only forward (a repeated or earlier phase changes nothing).
 _PHASES = ("load", "compile", "correctness", "benchmark")
-
-
-def worker_environment(
-    base: Mapping[str, str], *, interpreter: bool, cache_dir: Path, memory_limit: int | None
-) -> dict[str, str]:
-    """The environment of a worker: an allowlist of ``base``, never anything secret-looking."""
-    env = {
-        k: v
-        for k, v in base.items()
-        if (k in _ENV_KEEP or k.startswith(_ENV_KEEP_PREFIXES))
-        and not any(marker in k.upper() for marker in _ENV_SECRET_MARKERS)
-    }
-    # The worker imports ``tuned`` and ``profilers`` from wherever this process found them.
-    code_root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (code_root, env.get("PYTHONPATH")) if p)
-    env["TRITON_CACHE_DIR"] = str(cache_dir)
-    env["TRITON_HOME"] = str(cache_dir.parent)  # Triton's other files (dumps, overrides)
-    # Temporary files (Triton's compiler writes some) stay inside the worker's directory.
-    tmp = cache_dir.parent / "tmp"
-    tmp.mkdir(parents=True, exist_ok=True)
-    env["TMPDIR"] = str(tmp)
-    env["PYTHONUNBUFFERED"] = "1"
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    if interpreter:
-        env["TRITON_INTERPRET"] = "1"
-        if memory_limit:
-            env["KTUNED_WORKER_MEMORY_BYTES"] = str(memory_limit)
-    else:
-        env.pop("TRITON_INTERPRET", None)
-    return env
-
-
-class _LineReader:
-    """Reads newline-terminated messages from a pipe with a deadline."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.buffer = bytearray()
-        self._scanned = 0  # bytes of ``buffer`` known to hold no newline
-
-    def read_line(self, timeout: float) -> bytes | None:
-        """A line; ``b""`` at end of file; ``None`` if ``timeout`` passed first. A line longer
-        than :data:`_MAX_LINE` is handed over as it stands (and refused by the caller)."""
-        deadline = time.monotonic() + timeout
-        while (end := self.buffer.find(b"\n", self._scanned)) < 0:
-            self._scanned = len(self.buffer)
-            if len(self.buffer) > _MAX_LINE:  # no end in sight: hand it over, it is refused
-                line = bytes(self.buffer)
-                self.buffer, self._scanned = bytearray(), 0
-                return line
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
-            ready, _, _ = select.select([self.fd], [], [], remaining)
-            if not ready:
-                return None
-            chunk = os.read(self.fd, 1 << 16)
-            if not chunk:
-                return b""
-            self.buffer += chunk
-        line = bytes(self.buffer[:end])
-        del self.buffer[: end + 1]
-        self._scanned = 0
-        return line
-
-    def pending(self) -> bool:
-        """Whether anything was written that nobody read yet (end of file counts)."""
-        if self.buffer:
-            return True
-        ready, _, _ = select.select([self.fd], [], [], 0)
-        return bool(ready)
-
-
-#: A message longer than this is not a message (a worker's result is a few kilobytes).
-_MAX_LINE = 16 << 20
-
-
-def _parse_message(line: bytes) -> tuple[dict[str, Any] | None, str | None]:
-    """A worker's line as a message, or ``None`` and what is wrong with it."""
-    if len(line) > _MAX_LINE:
-        return None, f"a line of {len(line)} bytes"
-    try:
-        message = json.loads(line)
-    except (UnicodeDecodeError, ValueError):
-        return None, f"a line that is not JSON ({line[:80]!r})"
-    if not isinstance(message, dict):
-        return None, f"a JSON {type(message).__name__}, not a message"
-    return message, None
 
 
 #: Spare workers kept started on a GPU (see the module docstring). On the H100 box, with a
@@ -340,7 +236,7 @@ class WorkerClient:
         except OSError as exc:
             raise WorkerError(f"cannot start the evaluation worker ({self.python}): {exc}") from exc
         self.starts += 1
-        return _Child(proc, req_w, _LineReader(res_r), directory)
+        return _Child(proc, req_w, LineReader(res_r), directory)
 
     def _start_spare(self) -> bool:
         """Start one more spare, in a directory no other process of this client uses."""
@@ -404,7 +300,7 @@ class WorkerClient:
         line = child.reader.read_line(self.settings.startup_timeout_s)
         if not line:
             return None
-        message, problem = _parse_message(line)
+        message, problem = parse_message(line)
         if message is None:
             return {"type": "error", "reason": f"the worker sent {problem}"}
         return message
@@ -512,7 +408,7 @@ class WorkerClient:
                 )
             if line == b"":
                 return self._crashed(phase, started)
-            message, problem = _parse_message(line)
+            message, problem = parse_message(line)
             if message is not None and message.get("type") == "phase":
                 announced = message.get("phase")
                 if announced in _PHASES and announced not in seen:
@@ -595,7 +491,7 @@ class _Child:
 
     proc: subprocess.Popen[bytes]
     to_worker: int
-    reader: _LineReader
+    reader: LineReader
     directory: Path
     #: The kernel a spare was asked to prepare for (``None``: not asked; see ``_take``).
     prepare: str | None = None
@@ -610,77 +506,6 @@ class _Child:
         for fd in (self.to_worker, self.reader.fd):
             with contextlib.suppress(OSError):
                 os.close(fd)
-
-
-def spawn_child(
-    python: str,
-    module: str,
-    workdir: Path,
-    *,
-    settings: EvaluationSettings,
-    cache_dir: Path,
-    env: Mapping[str, str] | None = None,
-) -> tuple[subprocess.Popen[bytes], int, int]:
-    """Start ``python -m module REQUEST_FD ANSWER_FD workdir/modules`` isolated: in the
-    sandbox of ``settings.sandbox`` (:mod:`tuned.evaluation.sandbox`: writable only its
-    ``workdir/modules``, ``cache_dir`` and ``TMPDIR``, mounted at ``/ktuned/modules``,
-    ``/ktuned/triton-cache`` and ``/ktuned/tmp``, and a private ``/tmp``), its own session and
-    process group (killed as a whole), the scrubbed environment of :func:`worker_environment` with
-    ``cache_dir`` as its Triton cache, stdout and stderr to ``workdir/stderr.log``; ``env`` is
-    set over the inherited environment (a GPU's ``CUDA_VISIBLE_DEVICES``). Returns the
-    process, the fd to write requests to and the fd to read answers from. Raises ``OSError``
-    (with nothing left open) when it cannot start, :class:`~tuned.evaluation.sandbox.SandboxError`
-    when the sandbox cannot run here."""
-    check_sandbox(settings.sandbox)
-    modules = workdir / "modules"
-    modules.mkdir(parents=True, exist_ok=True)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    child_env = worker_environment(
-        {**os.environ, **(env or {})},
-        interpreter=settings.interpreter,
-        cache_dir=cache_dir,
-        memory_limit=settings.memory_limit_bytes,
-    )
-    modules_arg, cwd, writable = str(modules), str(workdir), []
-    if settings.sandbox.enabled:  # its directories, at paths that say nothing of the host's
-        tmp = Path(child_env["TMPDIR"])
-        modules_arg, cwd = f"{WORKDIR}/modules", WORKDIR
-        writable = [(modules, modules_arg), (cache_dir, f"{WORKDIR}/triton-cache")]
-        writable += [(tmp, f"{WORKDIR}/tmp")]
-        child_env.update(
-            TRITON_CACHE_DIR=f"{WORKDIR}/triton-cache", TRITON_HOME=WORKDIR, TMPDIR=f"{WORKDIR}/tmp"
-        )
-    req_r, req_w = os.pipe()
-    res_r, res_w = os.pipe()
-    launch = sandboxed(
-        [python, "-m", module, str(req_r), str(res_w), modules_arg],
-        settings=settings.sandbox,
-        env=child_env,
-        writable=writable,
-        cwd=cwd,
-        pass_fds=(req_r, res_w),
-    )
-    try:
-        with open(workdir / "stderr.log", "wb") as stderr:
-            proc = subprocess.Popen(
-                launch.argv,
-                stdin=subprocess.DEVNULL,
-                stdout=stderr,
-                stderr=stderr,
-                env=launch.env,
-                pass_fds=launch.pass_fds,
-                start_new_session=True,
-                cwd=workdir,
-            )
-    except OSError:
-        os.close(req_w)
-        os.close(res_r)
-        raise
-    finally:
-        os.close(req_r)
-        os.close(res_w)
-        launch.close()
-    return proc, req_w, res_r
 
 
 def _tail(path: Path, limit: int = 800) -> str:
