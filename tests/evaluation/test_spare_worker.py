@@ -111,12 +111,7 @@ def test_a_client_pins_its_worker_with_its_own_environment(tmp_path: Path, devic
     )
     try:
         client.start()
-        # the worker itself: the process that is not one of its sandbox's bwrap processes
-        (pid,) = [
-            p
-            for p in client.process_ids()
-            if Path(f"/proc/{p}/comm").read_text().strip() != "bwrap"
-        ]
+        (pid,) = client.worker_pids()  # the worker itself, inside its sandbox
         environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         assert f"CUDA_VISIBLE_DEVICES={device}".encode() in environ
     finally:

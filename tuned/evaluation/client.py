@@ -207,6 +207,11 @@ class WorkerClient:
         sandboxed). NVML names a GPU's users by these."""
         return descendants(self.pids())
 
+    def worker_pids(self) -> set[int]:
+        """The worker's and the spares' own processes: :meth:`process_ids` less the sandbox's
+        ``bwrap`` processes around them (the processes whose environment is the worker's)."""
+        return {p for p in self.process_ids() if _command_name(p) != "bwrap"}
+
     @property
     def spare_pid(self) -> int | None:
         """The process id of the spare that takes over next (``None``: no spare waits)."""
@@ -506,6 +511,13 @@ class _Child:
         for fd in (self.to_worker, self.reader.fd):
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def _command_name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""  # gone
 
 
 def _tail(path: Path, limit: int = 800) -> str:

@@ -277,12 +277,16 @@ def _filesystem(writable: Sequence[tuple[Path, str]], hidden: Sequence[Path]) ->
     for name in _ETC_FILES:
         if os.path.lexists(name):
             args += ["--ro-bind-try", name, name]
+    # The private /tmp first: an interpreter or a sys.path entry under the host's /tmp (a
+    # virtual environment made there) is then mounted on top of it, never hidden by it.
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
     bound = {Path(p) for p in ("/usr", "/sys")}
     for path in _python_paths():
+        if path == Path("/tmp") or path in Path("/tmp").parents:
+            continue  # the host's /tmp as a whole (a script's directory on sys.path): never
         if not any(path == b or b in path.parents for b in bound):
             args += ["--ro-bind", str(path), str(path)]
             bound.add(path)
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
     dev = Path("/dev")
     for pattern in _DEVICE_GLOBS:
         for node in sorted(dev.glob(pattern)):
