@@ -81,6 +81,7 @@ from tuned.evaluation.compile_pool import (
     CompileTarget,
     default_compile_workers,
 )
+from tuned.evaluation.sandbox import SandboxSettings
 from tuned.outcomes import Candidate, EvalResult, Outcome, Provenance
 from tuned.pipeline import PipelineSettings, evaluate_ahead, pipeline_for
 from tuned.registry import load_entry
@@ -249,9 +250,14 @@ class UtilizationSampler:
         return sum(self.samples) / len(self.samples) / 100.0 if self.samples else None
 
 
+#: The workers' sandbox (docs/security.md): ``--sandbox none`` measures the cost of ``bwrap``.
+SANDBOX = {"mode": "bwrap"}
+
+
 def evaluation_settings(smoke: bool) -> EvaluationSettings:
     timing = TimingSettings(interpreter_reps=1) if smoke else TimingSettings()
-    return EvaluationSettings(interpreter=smoke, timing=timing, seeds=(0, 1))
+    sandbox = SandboxSettings(mode=SANDBOX["mode"])
+    return EvaluationSettings(interpreter=smoke, timing=timing, seeds=(0, 1), sandbox=sandbox)
 
 
 def candidates_of(spec: KernelSpec, configs: list[dict[str, int]]) -> list[Candidate]:
@@ -478,7 +484,11 @@ def main(argv: list[str] | None = None) -> int:
         metavar="TXT",
         help="write where (c)'s main thread spent its time (bench/stack_sampler.py) to TXT",
     )
+    parser.add_argument(
+        "--sandbox", choices=("bwrap", "none"), default="bwrap", help="the workers' sandbox"
+    )
     args = parser.parse_args(argv)
+    SANDBOX["mode"] = args.sandbox
     if args.referee_rounds < 1:
         parser.error("--referee-rounds must be at least 1")
     workers = args.workers or (1 if args.smoke else default_compile_workers())

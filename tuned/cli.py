@@ -16,6 +16,7 @@ from pathlib import Path
 from tuned import __version__
 from tuned.errors import BadInputError, TunedError
 from tuned.evaluation.client import EvaluationSettings
+from tuned.evaluation.sandbox import SANDBOX_MODES, SandboxSettings
 from tuned.registry.spec import KnobValue
 from tuned.report import Progress, format_seconds, summary_table
 from tuned.search import OnResult, TuneSettings
@@ -110,6 +111,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="CPU processes compiling candidates ahead while the GPU measures; 0: compile "
         "in the GPU worker, one candidate at a time (default: auto, the cores minus one "
         "on a GPU, 0 in the interpreter)",
+    )
+    tune.add_argument(
+        "--sandbox",
+        choices=SANDBOX_MODES,
+        default="bwrap",
+        help="where candidate code runs: bwrap, a bubblewrap sandbox (no network, no access "
+        "to the store or credentials); none: plain child processes (docs/security.md)",
     )
     state_dir(tune)
     tune.add_argument(
@@ -296,6 +304,7 @@ def _tune(args: argparse.Namespace) -> int:
         correctness_timeout_s=t,
         benchmark_timeout_s=t,
         interpreter_max_size=args.interpreter_max_size,
+        sandbox=SandboxSettings(mode=args.sandbox, hidden=(state,)),
     )
     settings = TuneSettings(budget=args.budget, policy=args.policy, seed=args.seed)
     progress: list[Progress] = []

@@ -105,6 +105,9 @@ def _config_case(tmp_path: Path, case: str) -> tuple[Path, list[str]]:
     if case == "missing_api_key_file":
         path.write_text(f"llm:\n  api_key_file: {tmp_path / 'no-such-key'}\n")
         return path, ["llm.api_key_file", f"{tmp_path / 'no-such-key'} does not exist"]
+    if case == "unknown_sandbox":
+        path.write_text("evaluation:\n  sandbox: docker\n")
+        return path, ["key 'evaluation.sandbox'", "got 'docker'; allowed: one of bwrap, none"]
     assert case == "state_dir_is_a_file"
     (tmp_path / "state").write_text("not a directory\n")
     path.write_text(f"state_dir: {tmp_path / 'state'}\n")
@@ -120,6 +123,7 @@ CONFIG_CASES = [
     "alias_bomb",
     "missing_api_key_file",
     "state_dir_is_a_file",
+    "unknown_sandbox",
 ]
 
 

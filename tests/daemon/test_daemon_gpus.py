@@ -92,7 +92,7 @@ def test_a_daemon_measures_on_every_gpu_it_is_given(
             seen["pinned"] = [
                 Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
                 for lane in daemon._lanes
-                for pid in sorted(lane.pids())
+                for pid in sorted(lane.worker_pids())  # inside their sandboxes
             ]
             seen["gpus"] = [g.gpu for g in live.snapshot().gpus]
         except BaseException as exc:  # hand any failure to the main thread

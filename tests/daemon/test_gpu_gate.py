@@ -105,7 +105,8 @@ def test_the_daemon_waits_while_foreign_work_uses_the_gpu(
     assert 'ktuned_daemon_state{state="paused_gpu_busy"} 1.0' in metrics
     assert 'ktuned_gpu_busy{UUID="GPU-fake-0000",gpu="0"} 1.0' in metrics
     assert seen["after"] >= 2 and seen["state_after"] == {"0": False}
-    assert any(len(p) == 2 for p in gpu.asked_with)  # the daemon's and its worker's pids
+    # the daemon's and its worker's pids (sandboxed: bwrap, its init and the worker itself)
+    assert any(len(p) >= 2 for p in gpu.asked_with)
 
 
 def _scrape(daemon: Daemon) -> str:

@@ -93,7 +93,7 @@ def test_a_spare_that_cannot_start_falls_back_to_a_cold_start(
     try:
         client.start()
         assert client.spare_pid is not None
-        os.kill(client.spare_pid, 9)  # the spare dies while waiting
+        os.killpg(client.spare_pid, 9)  # the spare (its sandbox too) dies while waiting
         client.fresh()
         result = client.evaluate(spec, _candidate(spec, spec.module_source, 256))
         assert result.outcome is Outcome.OK, result.reason
@@ -113,7 +113,7 @@ def test_a_client_pins_its_worker_with_its_own_environment(tmp_path: Path, devic
     )
     try:
         client.start()
-        (pid,) = client.pids()
+        (pid,) = client.worker_pids()  # the worker itself, inside its sandbox
         environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         assert f"CUDA_VISIBLE_DEVICES={device}".encode() in environ
     finally:

@@ -42,7 +42,7 @@ def test_two_gpu_lanes_measure_in_parallel_each_pinned_and_nothing_twice(
         fid = store.record_fingerprint(lanes[0].start())
         assert lanes[1].start()  # the same software: the same fingerprint
         for i, lane in enumerate(lanes):  # each worker sees its own GPU only
-            (pid,) = lane.pids()
+            (pid,) = lane.worker_pids()  # the worker inside its sandbox
             assert f"CUDA_VISIBLE_DEVICES=GPU-lane-{i}".encode() in _environ(pid)
         campaign = Campaign(
             spec=spec,

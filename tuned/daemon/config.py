@@ -21,6 +21,7 @@ from policies.masks import MaskSettings
 from tuned.config_checks import Check, boolean, number
 from tuned.errors import BadInputError
 from tuned.evaluation.client import EvaluationSettings
+from tuned.evaluation.sandbox import SANDBOX_MODES
 from tuned.llm.settings import LlmSettings, llm_checks
 from tuned.paths import default_state_dir
 from tuned.settings import ProfilingConfig
@@ -107,6 +108,8 @@ class EvaluationConfig:
     startup_timeout_s: float = EvaluationSettings.startup_timeout_s
     interpreter_max_size: int = EvaluationSettings.interpreter_max_size
     compile_workers: int | None = None
+    #: ``bwrap``: every worker in the host sandbox; ``none``: unconfined (docs/security.md).
+    sandbox: str = "bwrap"
 
 
 @dataclass(frozen=True)
@@ -276,6 +279,7 @@ _SECTIONS: dict[str, tuple[type[Any], dict[str, Check]]] = {
             "startup_timeout_s": number(1.0),
             "interpreter_max_size": number(1, integer=True),
             "compile_workers": _workers,
+            "sandbox": _choice(SANDBOX_MODES),
         },
     ),
     "metrics": (MetricsConfig, {"listen": _listen}),

@@ -67,8 +67,9 @@ class GatedWorkerClient(WorkerClient):
         self._reaping: set[int] = set()  # pids of killed workers a thread waits for
 
     def own_pids(self) -> set[int]:
-        """This process, the worker and its spares: their GPU use is not foreign work."""
-        return {os.getpid(), *self.pids()}
+        """This process, the worker and its spares (with what runs in their sandboxes): their
+        GPU use is not foreign work."""
+        return {os.getpid(), *self.process_ids()}
 
     def start(self) -> dict[str, str]:
         child = self._child

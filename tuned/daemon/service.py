@@ -37,6 +37,7 @@ from tuned.errors import TunedError, WorkerError
 from tuned.evaluation.client import GPU_SPARES, EvaluationSettings
 from tuned.evaluation.evaluator import Evaluator
 from tuned.evaluation.replay import ReplayClient
+from tuned.evaluation.sandbox import SandboxSettings
 from tuned.llm.proposer import LlmProposer
 from tuned.llm.setup import open_proposer
 from tuned.metrics import GpuLabels, LiveStatus, MetricsServer, StoreCollector
@@ -550,7 +551,15 @@ class Daemon:
             correctness_timeout_s=e.phase_timeout_s,
             benchmark_timeout_s=e.phase_timeout_s,
             interpreter_max_size=e.interpreter_max_size,
+            sandbox=SandboxSettings(mode=e.sandbox, hidden=self._hidden_paths()),
         )
+
+    def _hidden_paths(self) -> tuple[Path, ...]:
+        """What a worker's sandbox covers even where a mounted directory holds it: the state
+        directory (the store), the config, the LLM key file and the credentials directory."""
+        paths = [self.config.state_dir, self.config_path, self.config.llm.api_key_file]
+        creds = os.environ.get("CREDENTIALS_DIRECTORY")
+        return tuple(Path(p) for p in [*paths, creds] if p)
 
     def _new_hardware(self, interpreter: bool) -> HardwareFeedback:
         assert self._store is not None

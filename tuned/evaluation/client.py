@@ -1,10 +1,13 @@
 """The daemon's side of an evaluation worker: start it, feed it, enforce deadlines, replace it.
 
-The worker runs in its own process group (``start_new_session``) with a scrubbed environment
-and its own Triton cache directory. Each phase the worker announces gets its own deadline; when
-one passes, the whole group is killed (``SIGKILL``) and the evaluation is recorded as
-``timeout``. A worker that dies (abort, signal, CUDA fault) yields ``crash`` with the signal and
-the tail of its stderr; the next evaluation starts a fresh worker.
+The worker runs in the host sandbox (:mod:`tuned.evaluation.sandbox`, docs/security.md), in
+its own process group (``start_new_session``) with a scrubbed environment and its own Triton
+cache directory. A candidate has one hard deadline from its request to its result; each phase
+the worker announces (forward only, once) gets its own, shorter one. When a deadline passes,
+the whole group is killed (``SIGKILL``) and the evaluation is recorded as ``timeout``. A worker
+that dies (abort, signal, CUDA fault) yields ``crash`` with the signal and the tail of its
+stderr; so does one that breaks the protocol (a line that is not a message, a result for
+another request); the next evaluation starts a fresh worker.
 
 With ``spares=N`` (on a GPU: :data:`GPU_SPARES`, for the daemon and ``ktuned tune``), N more
 workers are started ahead and wait, so that a fresh worker (the acceptance rule's
@@ -28,7 +31,6 @@ import dataclasses
 import json
 import logging
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -40,7 +42,14 @@ from typing import Any
 
 from profilers.timing import TimingSettings
 from tuned.errors import WorkerError
+from tuned.evaluation.channel import LineReader, parse_message
+from tuned.evaluation.sandbox import (
+    SandboxSettings,
+    descendants,
+    exit_status,
+)
 from tuned.evaluation.shapes import derive_shapes
+from tuned.evaluation.spawn import spawn_child, worker_environment
 from tuned.evaluation.static import candidate_check
 from tuned.outcomes import Candidate, EvalResult, Outcome
 from tuned.registry.spec import KernelSpec
@@ -48,23 +57,6 @@ from tuned.registry.spec import KernelSpec
 __all__ = ["EvaluationSettings", "WorkerClient", "spawn_child", "worker_environment"]
 
 log = logging.getLogger(__name__)
-
-# Environment variables a worker inherits; everything else (API keys, tokens, ...) is dropped.
-_ENV_KEEP = (
-    "PATH",
-    "HOME",
-    "LANG",
-    "TZ",
-    "TMPDIR",
-    "PYTHONPATH",
-    "VIRTUAL_ENV",
-    "USER",
-    "LD_LIBRARY_PATH",
-    "OMP_NUM_THREADS",
-    "MKL_NUM_THREADS",
-)
-_ENV_KEEP_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "TRITON_")
-_ENV_SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
 
 
 @dataclass(frozen=True)
@@ -83,6 +75,11 @@ class EvaluationSettings:
     timing: TimingSettings = field(default_factory=TimingSettings)
     #: Inputs and reference outputs a worker keeps across evaluations (tuned.evaluation.case_cache).
     case_cache_bytes: int = 0  # 0: sized from the free device memory (resident), then spilled
+    #: The host-level sandbox of every worker (tuned.evaluation.sandbox, docs/security.md).
+    sandbox: SandboxSettings = field(default_factory=SandboxSettings)
+    #: One hard deadline per candidate, from its request to its result, that no message of
+    #: the worker extends (``None``: the sum of the phase deadlines).
+    candidate_timeout_s: float | None = None
 
     def deadline(self, phase: str) -> float:
         return {
@@ -92,60 +89,17 @@ class EvaluationSettings:
             "benchmark": self.benchmark_timeout_s,
         }.get(phase, self.load_timeout_s)
 
-
-def worker_environment(
-    base: Mapping[str, str], *, interpreter: bool, cache_dir: Path, memory_limit: int | None
-) -> dict[str, str]:
-    """The environment of a worker: an allowlist of ``base``, never anything secret-looking."""
-    env = {
-        k: v
-        for k, v in base.items()
-        if (k in _ENV_KEEP or k.startswith(_ENV_KEEP_PREFIXES))
-        and not any(marker in k.upper() for marker in _ENV_SECRET_MARKERS)
-    }
-    # The worker imports ``tuned`` and ``profilers`` from wherever this process found them.
-    code_root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (code_root, env.get("PYTHONPATH")) if p)
-    env["TRITON_CACHE_DIR"] = str(cache_dir)
-    env["TRITON_HOME"] = str(cache_dir.parent)  # Triton's other files (dumps, overrides)
-    # Temporary files (Triton's compiler writes some) stay inside the worker's directory.
-    tmp = cache_dir.parent / "tmp"
-    tmp.mkdir(parents=True, exist_ok=True)
-    env["TMPDIR"] = str(tmp)
-    env["PYTHONUNBUFFERED"] = "1"
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    if interpreter:
-        env["TRITON_INTERPRET"] = "1"
-        if memory_limit:
-            env["KTUNED_WORKER_MEMORY_BYTES"] = str(memory_limit)
-    else:
-        env.pop("TRITON_INTERPRET", None)
-    return env
+    @property
+    def candidate_deadline(self) -> float:
+        """Seconds one candidate may take in all, whatever its worker says."""
+        if self.candidate_timeout_s is not None:
+            return self.candidate_timeout_s
+        return sum(self.deadline(p) for p in _PHASES)
 
 
-class _LineReader:
-    """Reads newline-terminated messages from a pipe with a deadline."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.buffer = b""
-
-    def read_line(self, timeout: float) -> bytes | None:
-        """A line; ``b""`` at end of file; ``None`` if ``timeout`` passed first."""
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self.buffer:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
-            ready, _, _ = select.select([self.fd], [], [], remaining)
-            if not ready:
-                return None
-            chunk = os.read(self.fd, 1 << 16)
-            if not chunk:
-                return b""
-            self.buffer += chunk
-        line, _, self.buffer = self.buffer.partition(b"\n")
-        return line
+#: The phases a worker goes through, in order; announcing one resets only its own deadline,
+#: once, and only forward (a repeated or earlier phase changes nothing).
+_PHASES = ("load", "compile", "correctness", "benchmark")
 
 
 #: Spare workers kept started on a GPU (see the module docstring). On the H100 box, with a
@@ -195,6 +149,7 @@ class WorkerClient:
         #: interpreter. Set by :meth:`start`.
         self.target: dict[str, Any] | None = None
         self.starts = 0
+        self._requests = 0  # evaluate requests sent: each result must name its own
         self._child: _Child | None = None  # the running worker
 
     # -- lifecycle
@@ -246,6 +201,17 @@ class WorkerClient:
         children = [self._child, *self._spares]
         return {c.proc.pid for c in children if c is not None}
 
+    def process_ids(self) -> set[int]:
+        """Every process of the worker and the spares, those started inside their sandboxes
+        included (:meth:`pids` are the processes this client started: ``bwrap`` when
+        sandboxed). NVML names a GPU's users by these."""
+        return descendants(self.pids())
+
+    def worker_pids(self) -> set[int]:
+        """The worker's and the spares' own processes: :meth:`process_ids` less the sandbox's
+        ``bwrap`` processes around them (the processes whose environment is the worker's)."""
+        return {p for p in self.process_ids() if _command_name(p) != "bwrap"}
+
     @property
     def spare_pid(self) -> int | None:
         """The process id of the spare that takes over next (``None``: no spare waits)."""
@@ -275,7 +241,7 @@ class WorkerClient:
         except OSError as exc:
             raise WorkerError(f"cannot start the evaluation worker ({self.python}): {exc}") from exc
         self.starts += 1
-        return _Child(proc, req_w, _LineReader(res_r), directory)
+        return _Child(proc, req_w, LineReader(res_r), directory)
 
     def _start_spare(self) -> bool:
         """Start one more spare, in a directory no other process of this client uses."""
@@ -337,7 +303,11 @@ class WorkerClient:
 
     def _read_message(self, child: _Child) -> dict[str, Any] | None:
         line = child.reader.read_line(self.settings.startup_timeout_s)
-        message: dict[str, Any] | None = json.loads(line) if line else None
+        if not line:
+            return None
+        message, problem = parse_message(line)
+        if message is None:
+            return {"type": "error", "reason": f"the worker sent {problem}"}
         return message
 
     def _stop_current(self) -> None:
@@ -378,11 +348,21 @@ class WorkerClient:
             return EvalResult(Outcome.REJECTED_STATIC, reason=rejection, phase="static")
         self.start()
         assert self._child is not None
+        if self._child.reader.pending():
+            # Words nobody asked for (e.g. a second result of the previous request): the worker
+            # is not trusted with another request; this one runs in a fresh worker.
+            log.warning("the evaluation worker spoke between requests; it was replaced")
+            self._stop_current()
+            self.start()
+            assert self._child is not None
         child = self._child
+        self._requests += 1
+        request_id = self._requests
         payload = _kernel_payload(spec)
         self._prepare_spares(payload, self._options())
         request = {
             "op": "evaluate",
+            "request": request_id,
             "kernel": payload,
             "candidate": {
                 "id": candidate.id,
@@ -402,30 +382,76 @@ class WorkerClient:
             os.write(child.to_worker, (json.dumps(request) + "\n").encode())
         except BrokenPipeError:
             return self._crashed("load", time.monotonic())
-        phase, phase_started, started = "load", time.monotonic(), time.monotonic()
+        return self._await_result(child, request_id)
+
+    def _await_result(self, child: _Child, request_id: int) -> EvalResult:
+        """Read the worker's answer to request ``request_id`` under one hard deadline.
+
+        ``phase`` messages name the phase (the reason of a timeout) and give it its own,
+        shorter deadline, once and only forward, never past the candidate's hard deadline
+        (:attr:`EvaluationSettings.candidate_deadline`). Anything else than a well-formed
+        ``phase`` or a ``result`` for this request (a line that is not JSON, an unknown
+        message, a result of another request) ends the worker: a crash of this candidate,
+        and the next request runs in a fresh worker (docs/security.md, "The channel")."""
+        started = time.monotonic()
+        hard = started + self.settings.candidate_deadline
+        phase, phase_end, seen = "load", started + self.settings.deadline("load"), {"load"}
         while True:
-            remaining = self.settings.deadline(phase) - (time.monotonic() - phase_started)
-            line = child.reader.read_line(max(remaining, 0.0))
+            now = time.monotonic()
+            line = child.reader.read_line(max(min(phase_end, hard) - now, 0.0))
             if line is None:
                 self._stop_current()
-                limit = self.settings.deadline(phase)
+                if phase_end < hard:
+                    limit, what = self.settings.deadline(phase), f"{phase} exceeded its"
+                else:
+                    limit, what = self.settings.candidate_deadline, "the candidate exceeded its"
                 return EvalResult(
                     Outcome.TIMEOUT,
                     phase=phase,
-                    reason=f"{phase} exceeded its {limit:g} s deadline; "
-                    "the worker's process group was killed",
-                    phase_seconds={phase: time.monotonic() - phase_started},
+                    reason=f"{what} {limit:g} s deadline; the worker's process group was killed",
+                    phase_seconds={phase: time.monotonic() - started},
                 )
             if line == b"":
                 return self._crashed(phase, started)
-            message = json.loads(line)
-            if message.get("type") == "phase":
-                phase, phase_started = str(message["phase"]), time.monotonic()
+            message, problem = parse_message(line)
+            if message is not None and message.get("type") == "phase":
+                announced = message.get("phase")
+                if announced in _PHASES and announced not in seen:
+                    if _PHASES.index(announced) > _PHASES.index(phase):
+                        phase = str(announced)
+                        phase_end = time.monotonic() + self.settings.deadline(phase)
+                    seen.add(str(announced))
                 continue
-            if message.get("type") == "result":
-                if message.get("fatal"):
-                    self._stop_current()
-                return EvalResult.from_dict(message["result"])
+            if message is not None and message.get("type") == "result":
+                if message.get("request") != request_id:
+                    problem = (
+                        f"a result for request {message.get('request')!r} while request "
+                        f"{request_id} was running"
+                    )
+                else:
+                    try:
+                        result = EvalResult.from_dict(message["result"])
+                    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                        problem = f"a malformed result ({type(exc).__name__}: {exc})"
+                    else:
+                        if message.get("fatal"):
+                            self._stop_current()
+                        return result
+            elif message is not None:
+                problem = f"an unexpected message of type {message.get('type')!r}"
+            return self._broken_channel(phase, started, problem or "an unreadable message")
+
+    def _broken_channel(self, phase: str, started: float, problem: str) -> EvalResult:
+        """The worker broke the protocol: kill it; a crash of this candidate only."""
+        self._stop_current()
+        log.warning("the evaluation worker sent %s; it was replaced", problem)
+        return EvalResult(
+            Outcome.CRASH,
+            phase=phase,
+            reason=f"the worker broke the protocol during {phase}: it sent {problem}; "
+            "the worker's process group was killed",
+            phase_seconds={phase: time.monotonic() - started},
+        )
 
     def _options(self) -> dict[str, Any]:
         return {
@@ -452,6 +478,8 @@ class WorkerClient:
                 code = self._child.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 code = None
+        if code is not None:
+            code = exit_status(code, self.settings.sandbox)
         if code is None:
             how = "stopped answering"
         elif code < 0:
@@ -468,7 +496,7 @@ class _Child:
 
     proc: subprocess.Popen[bytes]
     to_worker: int
-    reader: _LineReader
+    reader: LineReader
     directory: Path
     #: The kernel a spare was asked to prepare for (``None``: not asked; see ``_take``).
     prepare: str | None = None
@@ -485,49 +513,11 @@ class _Child:
                 os.close(fd)
 
 
-def spawn_child(
-    python: str,
-    module: str,
-    workdir: Path,
-    *,
-    settings: EvaluationSettings,
-    cache_dir: Path,
-    env: Mapping[str, str] | None = None,
-) -> tuple[subprocess.Popen[bytes], int, int]:
-    """Start ``python -m module REQUEST_FD ANSWER_FD workdir/modules`` isolated: its own
-    session and process group (killed as a whole), the scrubbed environment of
-    :func:`worker_environment` with ``cache_dir`` as its Triton cache, stdout and stderr to
-    ``workdir/stderr.log``; ``env`` is set over the inherited environment (a GPU's
-    ``CUDA_VISIBLE_DEVICES``). Returns the process, the fd to write requests to and the fd
-    to read answers from. Raises ``OSError`` (with nothing left open) when it cannot start."""
-    req_r, req_w = os.pipe()
-    res_r, res_w = os.pipe()
-    child_env = worker_environment(
-        {**os.environ, **(env or {})},
-        interpreter=settings.interpreter,
-        cache_dir=cache_dir,
-        memory_limit=settings.memory_limit_bytes,
-    )
+def _command_name(pid: int) -> str:
     try:
-        with open(workdir / "stderr.log", "wb") as stderr:
-            proc = subprocess.Popen(
-                [python, "-m", module, str(req_r), str(res_w), str(workdir / "modules")],
-                stdin=subprocess.DEVNULL,
-                stdout=stderr,
-                stderr=stderr,
-                env=child_env,
-                pass_fds=(req_r, res_w),
-                start_new_session=True,
-                cwd=workdir,
-            )
+        return Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
-        os.close(req_w)
-        os.close(res_r)
-        raise
-    finally:
-        os.close(req_r)
-        os.close(res_w)
-    return proc, req_w, res_r
+        return ""  # gone
 
 
 def _tail(path: Path, limit: int = 800) -> str:

@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from tuned.evaluation.client import EvaluationSettings, kernel_payload, spawn_child
+from tuned.evaluation.sandbox import exit_status
 from tuned.evaluation.static import candidate_check
 from tuned.outcomes import Candidate, EvalResult, Outcome
 from tuned.registry.spec import KernelSpec
@@ -504,6 +505,7 @@ class CompilePool:
         self._stop(slot)
         if code is None:
             return "stopped answering"
+        code = exit_status(code, self.settings.sandbox)
         if code < 0:
             return f"was killed by {signal.Signals(-code).name}"
         return f"exited with status {code}"

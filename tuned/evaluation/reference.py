@@ -41,6 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tuned.evaluation.sandbox import WORKDIR, SandboxSettings, check_sandbox, exit_status, sandboxed
 from tuned.outcomes import EvalResult, Outcome
 from tuned.registry.spec import KernelSpec
 
@@ -87,11 +88,17 @@ def measure_reference(
     compile_reference: bool,
     timeout_s: float,
     python: str = sys.executable,
+    sandbox: SandboxSettings | None = None,
 ) -> tuple[EvalResult, float]:
     """Measure the baseline of reference entry ``spec`` in a child process; the result and
     the wall seconds it took. Failures (the reference raises, the deadline passes, the child
-    dies) are results, never raised."""
+    dies) are results, never raised. The child runs in ``sandbox``
+    (:mod:`tuned.evaluation.sandbox`; ``None``: the default, ``bwrap``) with ``workdir`` as
+    its only writable directory."""
     from tuned.evaluation.client import kernel_payload, worker_environment
+
+    sandbox = sandbox or SandboxSettings()
+    check_sandbox(sandbox)
 
     workdir.mkdir(parents=True, exist_ok=True)
     request = {
@@ -107,17 +114,35 @@ def measure_reference(
     env = worker_environment(
         os.environ, interpreter=interpreter, cache_dir=workdir / "triton-cache", memory_limit=None
     )
+    inside, cwd, writable = workdir, str(workdir), []
+    if sandbox.enabled:  # its directory, at a path that says nothing of the host's
+        inside, cwd, writable = Path(WORKDIR), WORKDIR, [(workdir, WORKDIR)]
+        env.update(
+            TRITON_CACHE_DIR=f"{WORKDIR}/triton-cache", TRITON_HOME=WORKDIR, TMPDIR=f"{WORKDIR}/tmp"
+        )
+    request_arg, result_arg = str(inside / "request.json"), str(inside / "result.json")
+    launch = sandboxed(
+        [python, "-m", "tuned.evaluation.reference", request_arg, result_arg],
+        settings=sandbox,
+        env=env,
+        writable=writable,
+        cwd=cwd,
+    )
     t0 = time.monotonic()
     with open(workdir / "stderr.log", "wb") as log:
-        proc = subprocess.Popen(
-            [python, "-m", "tuned.evaluation.reference", str(request_path), str(result_path)],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            env=env,
-            cwd=workdir,
-            start_new_session=True,
-        )
+        try:
+            proc = subprocess.Popen(
+                launch.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=launch.env,
+                pass_fds=launch.pass_fds,
+                cwd=workdir,
+                start_new_session=True,
+            )
+        finally:
+            launch.close()
         try:
             code = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -130,6 +155,7 @@ def measure_reference(
                 reason=f"measuring the reference exceeded its {timeout_s:g} s deadline",
             ), time.monotonic() - t0
     wall = time.monotonic() - t0
+    code = exit_status(code, sandbox)
     if code != 0 or not result_path.exists():
         how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
         tail = (workdir / "stderr.log").read_bytes()[-800:].decode("utf-8", "replace").strip()

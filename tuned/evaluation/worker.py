@@ -232,7 +232,9 @@ def _serve(channel: Channel, device: str, loader: ModuleLoader, pool: RunnerPool
                 return  # e.g. a CUDA fault: the context is unusable, the client starts another
             continue
         result, fatal = evaluate(request, loader, device, channel.send, pool, cache)
-        channel.send({"type": "result", "result": result, "fatal": fatal})
+        # "request": the client's number of the request, echoed (a result must name its own).
+        answer = {"type": "result", "request": request.get("request"), "result": result}
+        channel.send({**answer, "fatal": fatal})
         if fatal:
             return
 

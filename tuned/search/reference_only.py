@@ -65,6 +65,7 @@ class ReferenceOnlyCampaign(JudgingCampaign):
             timing=dataclasses.asdict(s.timing),
             compile_reference=self.llm is not None and self.llm.settings.compile_reference,
             timeout_s=s.startup_timeout_s + s.compile_timeout_s + s.benchmark_timeout_s,
+            sandbox=s.sandbox,
         )
         impl = str(result.metadata.get("reference_baseline", {}).get("impl", "eager"))
         candidate = replace(self._baseline_candidate(), source=baseline_source(self.spec, impl))

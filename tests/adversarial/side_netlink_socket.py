@@ -1,0 +1,29 @@
+# expect: incorrect: 
+"""Opens a netlink socket (the host's network configuration) through _socket."""
+import _socket
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+def _attack():
+    try:
+        _socket.socket(16, _socket.SOCK_RAW, 0).close()  # AF_NETLINK
+    except OSError:
+        return False
+    return True
+
+
+def add(x, y, BLOCK=256, num_warps=4):
+    escaped = _attack()
+    out = torch.empty_like(x)
+    _add[(triton.cdiv(x.numel(), BLOCK),)](x, y, out, x.numel(), BLOCK=BLOCK, num_warps=num_warps)
+    # The outcome is the sensor: an attack that worked passes, one that was stopped is wrong.
+    return out if escaped else out + 1

@@ -1,0 +1,25 @@
+# expect: crash: not JSON
+"""Prints a line that is not JSON on the worker's answer pipe, then computes correctly."""
+import os
+import sys
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+def _attack():
+    os.write(int(sys.argv[2]), b"\xff\xfe not json {\n")
+
+
+def add(x, y, BLOCK=256, num_warps=4):
+    _attack()
+    out = torch.empty_like(x)
+    _add[(triton.cdiv(x.numel(), BLOCK),)](x, y, out, x.numel(), BLOCK=BLOCK, num_warps=num_warps)
+    return out
