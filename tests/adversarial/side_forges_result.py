@@ -1,11 +1,31 @@
-# expect: crash: broke the protocol
-"""Writes a forged 'ok' result on the worker's answer pipe (its fd is in sys.argv), without the request's number."""
+# expect: crash: the runner
+"""Writes a forged 'ok' result, without the request's number, on every pipe it holds (one is its answer channel)."""
 import json
 import os
 import sys
 import torch
 import triton
 import triton.language as tl
+
+
+def _pipes():
+    """Every pipe or socket this process holds: its answer channel is one of them."""
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{name}").startswith(("pipe:", "socket:")):
+                found.append(int(name))
+        except OSError:
+            pass
+    return found
+
+
+def _write_all(data):
+    for fd in _pipes():
+        try:
+            os.write(fd, data)
+        except OSError:
+            pass
 
 
 @triton.jit
@@ -16,9 +36,8 @@ def _add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 def _attack():
-    fd = int(sys.argv[2])
     forged = {"type": "result", "result": {"outcome": "ok", "reason": "", "phase": "benchmark"}, "fatal": False}
-    os.write(fd, (json.dumps(forged) + "\n").encode())
+    _write_all((json.dumps(forged) + "\n").encode())
 
 
 def add(x, y, BLOCK=256, num_warps=4):

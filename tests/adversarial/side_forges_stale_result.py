@@ -1,4 +1,4 @@
-# expect: crash: a result for request 0
+# expect: crash: the runner
 """Writes a forged result that names an earlier request (what a result shifted by one request looks like)."""
 import json
 import os
@@ -6,6 +6,26 @@ import sys
 import torch
 import triton
 import triton.language as tl
+
+
+def _pipes():
+    """Every pipe or socket this process holds: its answer channel is one of them."""
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{name}").startswith(("pipe:", "socket:")):
+                found.append(int(name))
+        except OSError:
+            pass
+    return found
+
+
+def _write_all(data):
+    for fd in _pipes():
+        try:
+            os.write(fd, data)
+        except OSError:
+            pass
 
 
 @triton.jit
@@ -16,9 +36,8 @@ def _add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 def _attack():
-    fd = int(sys.argv[2])
-    forged = {"type": "result", "request": 0, "result": {"outcome": "ok", "reason": "", "phase": "benchmark"}, "fatal": False}
-    os.write(fd, (json.dumps(forged) + "\n").encode())
+    forged = {"type": "result", "request": 0, "id": 1, "ok": True, "result": {"outcome": "ok", "reason": "", "phase": "benchmark"}, "fatal": False}
+    _write_all((json.dumps(forged) + "\n").encode())
 
 
 def add(x, y, BLOCK=256, num_warps=4):

@@ -1,10 +1,30 @@
-# expect: crash: not JSON
+# expect: crash: the runner
 """Prints a line that is not JSON on the worker's answer pipe, then computes correctly."""
 import os
 import sys
 import torch
 import triton
 import triton.language as tl
+
+
+def _pipes():
+    """Every pipe or socket this process holds: its answer channel is one of them."""
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{name}").startswith(("pipe:", "socket:")):
+                found.append(int(name))
+        except OSError:
+            pass
+    return found
+
+
+def _write_all(data):
+    for fd in _pipes():
+        try:
+            os.write(fd, data)
+        except OSError:
+            pass
 
 
 @triton.jit
@@ -15,7 +35,7 @@ def _add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 def _attack():
-    os.write(int(sys.argv[2]), b"\xff\xfe not json {\n")
+    _write_all(b"\xff\xfe not json {\n")
 
 
 def add(x, y, BLOCK=256, num_warps=4):

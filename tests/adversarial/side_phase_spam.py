@@ -1,5 +1,5 @@
-# expect: timeout: deadline
-"""Hangs at import while announcing phases over and over, to keep resetting the deadline."""
+# expect: crash: the runner
+"""Hangs at import while announcing phases over and over on every pipe it holds, to keep resetting a deadline (the judge ends a runner that speaks out of turn)."""
 import json
 import os
 import sys
@@ -16,11 +16,21 @@ def _add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
 
 
-_fd = int(sys.argv[2])
+_fds = []
+for _name in os.listdir("/proc/self/fd"):
+    try:
+        if os.readlink(f"/proc/self/fd/{_name}").startswith(("pipe:", "socket:")):
+            _fds.append(int(_name))
+    except OSError:
+        pass
 _end = time.monotonic() + 600
 while time.monotonic() < _end:
     for _phase in ("load", "compile", "load", "compile"):
-        os.write(_fd, (json.dumps({"type": "phase", "phase": _phase}) + "\n").encode())
+        for _fd in _fds:
+            try:
+                os.write(_fd, (json.dumps({"type": "phase", "phase": _phase}) + "\n").encode())
+            except OSError:
+                pass
     time.sleep(0.2)
 
 

@@ -1,5 +1,5 @@
-# expect: crash: SIGKILL
-"""Forks a setsid'd grandchild with posix.fork (the guard patches os.fork only) that would outlive its worker and keep trying to reach the store; then kills its own worker."""
+# expect: timeout: deadline
+"""Forks a setsid'd grandchild with posix.fork (the guard patches os.fork only) that would outlive its runner and keep trying to reach the store, holding the runner's answer pipe open; then kills its own runner. The deadline ends the whole sandbox, the grandchild with it."""
 import posix
 import time
 import torch

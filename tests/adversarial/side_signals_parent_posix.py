@@ -1,5 +1,5 @@
 # expect: incorrect: 
-"""Looks for its parent (the daemon) to signal, with posix.kill(pid, 0) (the guard patches os.kill only)."""
+"""Looks for the daemon to signal, with posix.kill(pid, 0) (the guard patches os.kill only)."""
 import posix
 import torch
 import triton
@@ -14,14 +14,26 @@ def _add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 def _attack():
-    hit = False
-    for target in (posix.getppid(),):
+    # Its parents up to the sandbox's init are the judge and the runners' zygote, inside the
+    # sandbox: what it hunts is any other process (the daemon) it can see and signal.
+    me = posix.getpid()
+    for name in posix.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
         try:
-            posix.kill(target, 0)
-            hit = target > 1  # a visible parent other than the sandbox's own init
+            fd = posix.open(f"/proc/{name}/cmdline", posix.O_RDONLY)
+            cmdline = posix.read(fd, 4096)
+            posix.close(fd)
+        except OSError:
+            continue
+        if not cmdline or b"tuned.evaluation" in cmdline or b"bwrap" in cmdline:
+            continue  # a kernel thread, ktuned's own evaluation processes, the sandbox's init
+        try:
+            posix.kill(int(name), 0)
+            return True
         except OSError:
             pass
-    return hit
+    return False
 
 
 def add(x, y, BLOCK=256, num_warps=4):

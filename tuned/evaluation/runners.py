@@ -56,7 +56,7 @@ class Zygote:
         )
         theirs.close()
         self.sock = mine
-        self._reader = mine.makefile("r", encoding="utf-8")
+        self._reader = mine.makefile("r", encoding="utf-8", errors="replace")
         self._ready = False
 
     def alive(self) -> bool:
@@ -121,7 +121,7 @@ class RunnerProcess:
             if arena_fd != self.arena.fd:
                 os.close(arena_fd)
         self._to: IO[str] = os.fdopen(runner_in, "w", encoding="utf-8")
-        self._from: IO[str] = os.fdopen(runner_out, "r", encoding="utf-8")
+        self._from: IO[str] = os.fdopen(runner_out, "r", encoding="utf-8", errors="replace")
         self.alive = True
 
     # -- talking
