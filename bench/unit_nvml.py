@@ -198,7 +198,8 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="ktuned-unit-"))
     work.chmod(0o777)
     home = work / "state"
-    home.mkdir(mode=0o777)
+    home.mkdir()
+    home.chmod(0o777)  # mkdir's mode is masked by the umask: nobody could not write its cache
     foreign = subprocess.Popen(
         [sys.executable, "-c", FOREIGN_CPU if args.smoke else FOREIGN_GPU],
         stdout=subprocess.PIPE,

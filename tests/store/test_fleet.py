@@ -64,8 +64,10 @@ def test_two_processes_share_the_work_without_duplicates(postgres_url: str, tmp_
 @pytest.mark.timeout(180)
 def test_a_killed_process_loses_nothing_its_claim_moves(postgres_url: str, tmp_path: Path) -> None:
     dead_log, live_log = tmp_path / "dead.log", tmp_path / "live.log"
+    # The budget is shared through the store: the dying one's is the survivor's, so that it
+    # cannot finish (exit 0) before its sixth claim when the survivor runs faster.
     dying = _worker(
-        postgres_url, dead_log, "--budget", "30", "--lease", "1.0", "--die-after-claims", "6"
+        postgres_url, dead_log, "--budget", "120", "--lease", "1.0", "--die-after-claims", "6"
     )
     # The survivor tunes on well past the dead one's lease (a daemon never stops).
     living = _worker(postgres_url, live_log, "--budget", "120", "--lease", "1.0")
