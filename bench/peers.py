@@ -29,6 +29,7 @@ standard error over seeds. Optuna and Kernel Tuner are bench dependencies (``pip
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import math
 import os
@@ -49,14 +50,9 @@ BENCH = Path(__file__).resolve().parent
 if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
 
-from search_replay import (  # noqa: E402
-    BUDGETS,
-    DEFAULT_SPACES,
-    POLICIES,
-    KnobValue,
-    RecordedSpace,
-    replay,
-)
+from search_replay import BUDGETS, DEFAULT_SPACES, RecordedSpace, replay  # noqa: E402
+
+from policies import POLICIES, KnobValue  # noqa: E402
 
 __all__ = ["PEERS", "Scorer", "main", "run_method"]
 
@@ -132,7 +128,7 @@ def _optuna(sampler_name: str, space: RecordedSpace, scorer: Scorer, seed: int) 
     study.enqueue_trial(dict(zip(space.keys, baseline)))
     while True:
         trial = study.ask()
-        key = tuple(trial.suggest_categorical(k, knobs[k]) for k in space.keys)
+        key: Key = tuple(trial.suggest_categorical(k, knobs[k]) for k in space.keys)  # type: ignore[misc]
         try:
             value = scorer.evaluate(key)
         except BudgetSpent:
@@ -151,7 +147,7 @@ class _RecordedRunner:
     """Kernel Tuner's runner interface over a recording (its simulation mode, scored by us)."""
 
     def __init__(self, space: RecordedSpace, scorer: Scorer) -> None:
-        from kernel_tuner import util
+        from kernel_tuner import util  # type: ignore[import-untyped]
 
         self.space = space
         self.scorer = scorer
@@ -196,8 +192,8 @@ class _RecordedRunner:
 
 def _kernel_tuner(strategy: str, space: RecordedSpace, scorer: Scorer, seed: int) -> None:
     from kernel_tuner import util
-    from kernel_tuner.interface import Options
-    from kernel_tuner.searchspace import Searchspace
+    from kernel_tuner.interface import Options  # type: ignore[import-untyped]
+    from kernel_tuner.searchspace import Searchspace  # type: ignore[import-untyped]
 
     module = importlib.import_module(f"kernel_tuner.strategies.{strategy}")
     random.seed(seed)
@@ -219,10 +215,8 @@ def _kernel_tuner(strategy: str, space: RecordedSpace, scorer: Scorer, seed: int
         eps=1,
     )
     runner = _RecordedRunner(space, scorer)
-    try:
+    with contextlib.suppress(BudgetSpent, util.StopCriterionReached):
         module.tune(searchspace, runner, tuning_options)
-    except (BudgetSpent, util.StopCriterionReached):
-        pass
 
 
 # -- dispatch -------------------------------------------------------------------------------
@@ -309,8 +303,12 @@ def report(
         mean = per_seed[method].mean(axis=0)
         lines.append(f"| **mean** | {method} | " + " | ".join(f"{v:.3f}" for v in mean) + " |")
     if reference in per_seed:
-        lines += ["", f"Paired difference, {reference} minus method (mean +- standard error "
-                  f"over {seeds} seeds of the space-averaged fraction):", ""]
+        lines += [
+            "",
+            f"Paired difference, {reference} minus method (mean +- standard error "
+            f"over {seeds} seeds of the space-averaged fraction):",
+            "",
+        ]
         lines.append("| method | " + " | ".join(f"@{b}" for b in budgets) + " |")
         lines.append("|" + " --- |" * (len(budgets) + 1))
         for method in methods:

@@ -69,23 +69,32 @@ class DensityProposer:
         self.settings = settings or DensitySettings()
         self._log: TrialLog | None = None
         self._epoch = -1
-        self._digits: list[list[int]] = []  # digits of each code in log.seen order
-        self._codes: list[int] = []
+        self._digits = np.zeros((0, 0), dtype=np.int64)  # digits of log.codes, row by row
+        self._times = np.zeros(0)  # their times; nan for failures
         self._read = 0
 
     def _table(self, log: TrialLog) -> tuple[np.ndarray, np.ndarray]:
-        """Digits of every evaluated code (rows) and whether it ran (times, else nan)."""
-        if log is not self._log or log.epoch != self._epoch:
-            self._log, self._epoch = log, log.epoch
-            self._digits, self._codes, self._read = [], [], 0
+        """Digits of every evaluated code (rows) and its time (nan: failed); appended to
+        incrementally (a code's time never changes once recorded), capacity doubled."""
         index = log.index
-        for code in log.codes[self._read :]:
-            self._codes.append(code)
-            self._digits.append(index.digits(code))
-        self._read = len(log.codes)
-        digits = np.asarray(self._digits, dtype=np.int64).reshape(len(self._codes), -1)
-        times = np.array([log.times.get(c, math.nan) for c in self._codes])
-        return digits, times
+        if log is not self._log or log.epoch != self._epoch:
+            self._log, self._epoch, self._read = log, log.epoch, 0
+            self._digits = np.zeros((64, len(index.cards)), dtype=np.int64)
+            self._times = np.full(64, math.nan)
+        n = len(log.codes)
+        if n > len(self._times):
+            size = max(n, 2 * len(self._times))
+            digits = np.zeros((size, len(index.cards)), dtype=np.int64)
+            digits[: self._read] = self._digits[: self._read]
+            times = np.full(size, math.nan)
+            times[: self._read] = self._times[: self._read]
+            self._digits, self._times = digits, times
+        for i in range(self._read, n):
+            code = log.codes[i]
+            self._digits[i] = index.digits(code)
+            self._times[i] = log.times.get(code, math.nan)
+        self._read = n
+        return self._digits[:n], self._times[:n]
 
     def propose(self, log: TrialLog, rng: np.random.Generator, pending: set[int]) -> int | None:
         """A free code chosen by the density ratio; ``None`` when nothing is free."""
@@ -106,7 +115,7 @@ class DensityProposer:
             bg = self._density(column[~good], card)
             log_ratio.append(np.log(lg) - np.log(bg))
         taken = log.seen | pending if pending else log.seen
-        n_uniform = int(round(s.candidates * s.uniform_share))
+        n_uniform = round(s.candidates * s.uniform_share)
         n_model = s.candidates - n_uniform
         draws = np.empty((n_model, len(index.cards)), dtype=np.int64)
         for j, card in enumerate(index.cards):
@@ -118,10 +127,10 @@ class DensityProposer:
             if code not in taken and index.admits(code):
                 options.append(code)
         for _ in range(n_uniform):
-            code = index.random_free(rng, taken)
-            if code is None:
+            uniform = index.random_free(rng, taken)
+            if uniform is None:
                 break
-            options.append(code)
+            options.append(uniform)
         if not options:
             return index.random_free(rng, taken)
         unique = list(dict.fromkeys(options))
@@ -141,4 +150,5 @@ class DensityProposer:
             smoothed[:-1] += s.neighbour_weight * counts[1:]
             counts = smoothed
         density: np.ndarray = counts + s.prior
-        return density / density.sum()
+        normalized: np.ndarray = density / density.sum()
+        return normalized

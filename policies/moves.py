@@ -59,6 +59,9 @@ class MoveSettings:
     failure_penalty: float = 0.05
     swaps: bool = True
     any_value_from_incumbent: bool = True
+    #: Any-value moves of the incumbent only for knobs with at most this many values
+    #: (categorical switches, short lists); 0: every knob.
+    any_value_max_values: int = 4
 
     def __post_init__(self) -> None:
         if self.scale_prob + self.two_knob_prob + self.jump_prob > 1:
@@ -147,7 +150,8 @@ class NeighbourProposer:
         if not options and self._swaps_from(log, parent):
             options = [c for c in index.swapped(parent, knobs) if log.is_free(c, pending)]
             if not options and self.settings.any_value_from_incumbent:
-                options = [c for c in index.hamming(parent, knobs) if log.is_free(c, pending)]
+                short = self._short(index, knobs)
+                options = [c for c in index.hamming(parent, short) if log.is_free(c, pending)]
         if not options:
             return None
         return Move(self._best(log, options, rng), "neighbour")
@@ -175,8 +179,12 @@ class NeighbourProposer:
         if self._swaps_from(log, parent):
             out += index.swapped(parent, knobs)
             if self.settings.any_value_from_incumbent:
-                out += index.hamming(parent, knobs)
+                out += index.hamming(parent, self._short(index, knobs))
         return out
+
+    def _short(self, index: SpaceIndex, knobs: Sequence[int]) -> list[int]:
+        limit = self.settings.any_value_max_values
+        return [j for j in knobs if not limit or index.cards[j] <= limit]
 
     def _swaps_from(self, log: TrialLog, parent: int) -> bool:
         """Swaps are tried from the incumbent only (a local optimum of the whole search)."""

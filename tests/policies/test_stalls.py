@@ -127,7 +127,9 @@ def test_stall_arms_open_only_after_the_patience_and_persist_their_climb() -> No
     while len(trials) < patience + 25:
         suggestion = policy.suggest(space, trials, rng)
         assert suggestion is not None
-        trial = Trial(candidate_id=f"c{len(trials)}", knobs=suggestion.knobs, outcome="ok", time_s=1.0)
+        trial = Trial(
+            candidate_id=f"c{len(trials)}", knobs=suggestion.knobs, outcome="ok", time_s=1.0
+        )
         policy.observe(suggestion, trial)
         trials.append(trial)
         arms.append(suggestion.arm)
