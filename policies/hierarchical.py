@@ -94,7 +94,7 @@ class HierarchicalSettings:
     clustering: ClusteringSettings | None = field(default_factory=ClusteringSettings)
     masks: MaskSettings = field(default_factory=MaskSettings)
     moves: MoveSettings = field(default_factory=MoveSettings)
-    #: ``None``: no model arm (the local moves only, as before issue 24).
+    #: The model arm's settings (one of the stall arms); ``None``: no model arm.
     model: DensitySettings | None = field(default_factory=DensitySettings)
     strategies: tuple[str, ...] = tuple(s.name for s in STRATEGIES)
     #: Knob -> group, overriding inference (see :mod:`policies.strategies`).
