@@ -52,6 +52,7 @@ from policies import (  # noqa: E402
     POLICIES,
     Config,
     KnobValue,
+    Policy,
     SearchSpace,
     Trial,
     make_policy,
@@ -132,11 +133,16 @@ def replay(
     *,
     budgets: Sequence[int] = BUDGETS,
     noise: bool = False,
+    policy: Policy | None = None,
 ) -> list[float]:
-    """Fraction of optimum at each budget for one seeded run of one policy."""
+    """Fraction of optimum at each budget for one seeded run of one policy.
+
+    ``policy``: an instance to run instead of a new ``policy_name`` with default settings
+    (e.g. one built with other settings); ``policy_name`` then only labels errors.
+    """
     env = np.random.default_rng([seed, 0])
     rng = np.random.default_rng([seed, 1])
-    policy = make_policy(policy_name)
+    policy = policy if policy is not None else make_policy(policy_name)
     baseline = space.ok_keys[int(env.integers(len(space.ok_keys)))]
     trials: list[Trial] = []
     seen: set[tuple[KnobValue, ...]] = set()

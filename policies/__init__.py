@@ -7,8 +7,10 @@ uses unless configured otherwise.
 name                         policy
 ===========================  ==============================================================
 ``hierarchical``             KernelBand: (runtime cluster x strategy) masked UCB, then a
-                             parent inside the cluster, then a parametric move (default)
+                             parent inside the cluster, then a parametric move; after a
+                             stall, a model arm and a restart arm join (default)
 ``hierarchical_nocluster``   the same with a single cluster (ablation)
+                             (the flat bandits below have the stall arms too)
 ``ucb``                      flat masked UCB over strategies, moves from the incumbent
 ``thompson``                 flat Thompson sampling over strategies
 ``discounted_ucb``           flat discounted UCB over strategies (non-stationary rewards)

@@ -27,9 +27,21 @@ One decision (``suggest``):
    through :meth:`HierarchicalPolicy.set_llm_strategies`, the caller has an LLM rewrite the
    parent's code under the strategy instead.
 
+7. *Stall arms* (issue 24). Best-first expansion fills the plateau around a local optimum
+   when the optimum lies in another basin (another value of a categorical switch, a
+   tile size that only pays with another method). Once the incumbent has not improved for
+   ``stall_patience`` evaluations, two more arms join the bandit, credited like the others
+   with the child's gain over its parent: ``model``, a density-ratio (TPE-style) proposal
+   over the whole space (:mod:`policies.density`; parent: the incumbent), and ``restart``,
+   a greedy climb from a uniformly random start that moves one knob to any value
+   (:meth:`policies.moves.NeighbourProposer.any_value`; parent: the climb's base) and
+   starts over when its base has no free such neighbour. A climb that beats the incumbent
+   hands its basin to the best-first arms, which always expand the fastest parent.
+
 ``observe`` credits the arm with KernelBand's reward, the child's relative latency
 reduction versus its parent clipped at 0 (failures: 0). State (arm statistics, clustering,
-recent rewards, prior) is a JSON-safe dataclass; everything else is rebuilt from ``trials``.
+recent rewards, prior, the restart arm's climb) is a JSON-safe dataclass; everything else is
+rebuilt from ``trials``. The stall arms' rewards stay out of the reach mask's window.
 """
 
 from __future__ import annotations
@@ -45,12 +57,14 @@ import numpy as np
 from clustering import ClusteringSettings, ClusterModel, RuntimeClusterer, feature_row
 from policies.arms import ArmSelector, ArmStats, BanditState, clipped_reward
 from policies.base import SearchSpace, Suggestion, Trial
+from policies.density import DensityProposer, DensitySettings
 from policies.discounted import DiscountedUCBSelector, DiscountedUCBSettings
 from policies.history import TrialLog
 from policies.masks import METRIC_OF, MaskSettings, open_arms
 from policies.moves import MoveSettings, NeighbourProposer
 from policies.parents import ParentQueues, headroom_choice
 from policies.strategies import (
+    CONFIG,
     STRATEGIES,
     Strategy,
     knob_groups,
@@ -63,6 +77,9 @@ from policies.ucb import UCBSelector, UCBSettings
 __all__ = ["HierarchicalPolicy", "HierarchicalSettings", "HierarchicalState", "make_selector"]
 
 _SELECTORS = ("ucb", "thompson", "discounted_ucb")
+#: The model arm's name (and strategy): one arm, not one per cluster.
+MODEL_ARM = "model"
+RESTART_ARM = "restart"
 
 
 @dataclass(frozen=True)
@@ -77,10 +94,19 @@ class HierarchicalSettings:
     clustering: ClusteringSettings | None = field(default_factory=ClusteringSettings)
     masks: MaskSettings = field(default_factory=MaskSettings)
     moves: MoveSettings = field(default_factory=MoveSettings)
+    #: The model arm's settings (one of the stall arms); ``None``: no model arm.
+    model: DensitySettings | None = field(default_factory=DensitySettings)
     strategies: tuple[str, ...] = tuple(s.name for s in STRATEGIES)
     #: Knob -> group, overriding inference (see :mod:`policies.strategies`).
     knob_groups: tuple[tuple[str, str], ...] = ()
     initial_random: int = 10
+    #: The stall arms (``model``, ``restart``) open once the incumbent has not improved
+    #: for this many evaluations; 0: never, the default (measured with 20, 40 and 60 on the
+    #: recorded spaces: they cost the best-first climb more than they found, see
+    #: docs/decisions.md, issue 24).
+    stall_patience: int = 0
+    #: Whether the restart arm (climbs from random starts) is one of the stall arms.
+    restarts: bool = True
     reach_window: int = 20
     #: Level 2 with a profile: how much full headroom is worth, in log-latency.
     headroom_weight: float = 0.1
@@ -96,6 +122,8 @@ class HierarchicalSettings:
             raise ValueError(f"parent must be 'cluster' or 'incumbent', got {self.parent!r}")
         if self.initial_random < 1:
             raise ValueError("initial_random must be >= 1 (the baseline)")
+        if self.stall_patience < 0:
+            raise ValueError(f"stall_patience must be >= 0, got {self.stall_patience}")
         if self.reach_window < 0 or self.headroom_candidates < 1:
             raise ValueError("reach_window must be >= 0 and headroom_candidates >= 1")
         known = {s.name for s in STRATEGIES}
@@ -122,9 +150,14 @@ class HierarchicalState:
     recent_rewards: list[float] = field(default_factory=list)
     #: Strategy -> (pseudo pulls, pseudo reward sum) every new arm of it starts from.
     prior: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: The restart arm's climb: its base (knob values) and the base's time.
+    climb: dict[str, Any] | None = None
+    climb_time_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "climb": None if self.climb is None else dict(self.climb),
+            "climb_time_s": self.climb_time_s,
             "bandit": self.bandit.to_dict(),
             "clusters": None if self.clusters is None else self.clusters.to_dict(),
             "recent_rewards": list(self.recent_rewards),
@@ -139,6 +172,8 @@ class HierarchicalState:
             clusters=None if clusters is None else ClusterModel.from_dict(clusters),
             recent_rewards=[float(r) for r in state.get("recent_rewards", [])],
             prior={s: (float(v[0]), float(v[1])) for s, v in state.get("prior", {}).items()},
+            climb=None if state.get("climb") is None else dict(state["climb"]),
+            climb_time_s=state.get("climb_time_s"),
         )
 
 
@@ -149,13 +184,21 @@ class _Arm:
     knobs: tuple[int, ...]
     parent: int  # position in log.ok
     llm: bool = False  # applied by an LLM rewrite of the parent (no knob move)
+    model: bool = False  # proposed by the density model over the whole space
+    restart: bool = False  # a climb from a diverse start (see RESTART_ARM)
 
     @property
     def strategy_name(self) -> str:
+        if self.model:
+            return MODEL_ARM
+        if self.restart:
+            return RESTART_ARM
         return llm_strategy_name(self.strategy.name) if self.llm else self.strategy.name
 
     @property
     def name(self) -> str:
+        if self.model or self.restart:
+            return self.strategy_name
         return f"{self.cluster}/{self.strategy_name}"
 
 
@@ -179,6 +222,9 @@ class HierarchicalPolicy:
             self.state.prior = {s: (float(n), float(r)) for s, (n, r) in prior.items()}
         self._selector = make_selector(self.settings)
         self._proposer = NeighbourProposer(settings=self.settings.moves)
+        self._density = (
+            None if self.settings.model is None else DensityProposer(settings=self.settings.model)
+        )
         self._clusterer = (
             None
             if self.settings.clustering is None
@@ -220,7 +266,20 @@ class HierarchicalPolicy:
                 arm=arm.name,
                 parent_time_s=parent.time_s,
             )
-        if arm is not None:
+        if arm is not None and arm.restart:
+            return self._restart_move(log, rng, taken)
+        if arm is not None and arm.model and self._density is not None:
+            parent = log.ok[arm.parent]
+            code = self._density.propose(log, rng, taken)
+            if code is not None:
+                return Suggestion(
+                    knobs=log.index.decode(code),
+                    strategy=MODEL_ARM,
+                    parent_id=parent.candidate_id,
+                    arm=arm.name,
+                    parent_time_s=parent.time_s,
+                )
+        elif arm is not None:
             parent = log.ok[arm.parent]
             assert parent.code is not None
             move = self._proposer.local(log, parent.code, arm.knobs, rng, taken)
@@ -252,6 +311,17 @@ class HierarchicalPolicy:
         reward = clipped_reward(suggestion.parent_time_s, trial.time_s if trial.ok else None)
         self._seed_arm(suggestion.arm, suggestion.strategy)
         self._selector.update(self.state.bandit, suggestion.arm, reward)
+        state = self.state
+        if suggestion.arm == RESTART_ARM:
+            if trial.ok and (
+                state.climb is None
+                or state.climb_time_s is None
+                or (trial.time_s or 0.0) < state.climb_time_s
+            ):
+                state.climb, state.climb_time_s = dict(suggestion.knobs), trial.time_s
+            return
+        if suggestion.arm == MODEL_ARM:
+            return
         window = self.settings.reach_window
         if window:
             self.state.recent_rewards = [*self.state.recent_rewards, reward][-window:]
@@ -395,12 +465,22 @@ class HierarchicalPolicy:
         pairs = [(a.cluster, a.strategy) for a in candidates]
         kept = {(c, s.name) for c, s in open_arms(pairs, representative, self.settings.masks)}
         arms = self._reachable(log, [a for a in candidates if (a.cluster, a.strategy.name) in kept])
+        stalled = self._stalled_for(log)
+        incumbent = log.ranked[0][1]
+        patience = self.settings.stall_patience
+        if patience and stalled >= patience:
+            if self._density is not None and len(log.ok) >= 2:
+                arms.append(_Arm(-1, CONFIG, (), incumbent, model=True))
+            if self.settings.restarts:
+                arms.append(_Arm(-1, CONFIG, (), incumbent, restart=True))
         while arms:
             for arm in arms:
                 self._seed_arm(arm.name, arm.strategy_name)
             bandit = self.state.bandit.with_pending(in_flight) if in_flight else self.state.bandit
             chosen = self._selector.select(bandit, [a.name for a in arms], rng)
             arm = next(a for a in arms if a.name == chosen)
+            if arm.model or arm.restart:
+                return arm
             parent = log.ok[arm.parent].code
             assert parent is not None
             steps = self._proposer.steps(log, parent, arm.knobs)
@@ -408,6 +488,43 @@ class HierarchicalPolicy:
                 return arm
             arms = [a for a in arms if a is not arm]  # only pending moves left there
         return None
+
+    def _stalled_for(self, log: TrialLog) -> int:
+        """Evaluations since the incumbent was found."""
+        best = log.best
+        if best is None:
+            return 0
+        return log.n_trials - 1 - log.ids.index(best.candidate_id)
+
+    def _restart_move(
+        self, log: TrialLog, rng: np.random.Generator, taken: set[int]
+    ) -> Suggestion | None:
+        """The restart arm: a step of the current climb, or a new climb's random start."""
+        state = self.state
+        # Credited against the incumbent, not the climb's base: a climb from a random start
+        # gains a lot relative to its base long before it can matter.
+        best = log.best
+        reference = None if best is None else best.time_s
+        base = None if state.climb is None else log.index.encode(state.climb)
+        if base is not None:
+            move = self._proposer.any_value(log, base, self._all_knobs(log), rng, taken)
+            if move is not None:
+                return Suggestion(
+                    knobs=log.index.decode(move.code),
+                    strategy=RESTART_ARM,
+                    arm=RESTART_ARM,
+                    parent_time_s=reference,
+                )
+        state.climb, state.climb_time_s = None, None
+        code = log.index.random_free(rng, log.seen | taken)
+        if code is None:
+            return None
+        return Suggestion(
+            knobs=log.index.decode(code),
+            strategy=RESTART_ARM,
+            arm=RESTART_ARM,
+            parent_time_s=reference,
+        )
 
     def _candidate_arms(self, log: TrialLog, queues: ParentQueues) -> list[_Arm]:
         """Every (cluster, strategy) with a parent that still has a free neighbour."""

@@ -35,7 +35,8 @@ class Entry:
 class TrialLog:
     """What a policy needs to know of the history, kept up to date incrementally.
 
-    ``seen`` holds the code of every evaluated configuration (failures included), ``failed``
+    ``seen`` holds the code of every evaluated configuration (failures included; ``codes``
+    the same in evaluation order, each once), ``failed``
     those that failed, ``times`` the (first) time of every successful code, ``ok`` the
     successful entries in evaluation order and ``ranked`` their ``(time_s, position in ok)``
     pairs, fastest first.
@@ -58,6 +59,7 @@ class TrialLog:
         copy.epoch = self.epoch
         copy.ids = list(self.ids)
         copy.seen = set(self.seen)
+        copy.codes = list(self.codes)
         copy.failed = set(self.failed)
         copy.ok = list(self.ok)
         copy.ranked = list(self.ranked)
@@ -80,6 +82,7 @@ class TrialLog:
         self.epoch += 1
         self.ids: list[str] = []
         self.seen: set[int] = set()
+        self.codes: list[int] = []
         self.failed: set[int] = set()
         self.ok: list[Entry] = []
         self.ranked: list[tuple[float, int]] = []
@@ -108,6 +111,8 @@ class TrialLog:
         self.ids.append(trial.candidate_id)
         self.by_id.setdefault(trial.candidate_id, entry)
         if code is not None:
+            if code not in self.seen:
+                self.codes.append(code)
             self.seen.add(code)
             if time_s is None:
                 self.failed.add(code)

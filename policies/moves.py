@@ -11,7 +11,11 @@ Moves, in order of preference (``knobs`` are the positions the strategy may chan
    of two twin knobs exchanged (twins: the same list of sizes, as ``BLOCK_M`` and
    ``BLOCK_N``), so the transposed tile shape of a local optimum is tried before the
    search moves on to slower parents; reaching it by single steps means going through a
-   worse shape (a 256 x 256 tile) first.
+   worse shape (a 256 x 256 tile) first. When no swap is free either, *any value*
+   (``any_value_from_incumbent``): one knob of the incumbent set to any other value of its
+   list (Kernel Tuner's Hamming neighbourhood), so a categorical switch whose good value is
+   two list positions away (``method`` 2 -> 0, through a slow 1) is tried from the local
+   optimum before the search settles for slower parents.
 2. *widened*: when no neighbour within ``knobs`` is free, a one-knob step of any knob.
 3. *random*: when the parent's whole neighbourhood is taken, a uniformly random free
    configuration of the space.
@@ -45,14 +49,19 @@ __all__ = ["Move", "MoveSettings", "NeighbourProposer"]
 
 @dataclass(frozen=True)
 class MoveSettings:
-    """Probabilities of the rarer move kinds, how hard failures repel (log-latency), and
-    whether a parent with no free one-step neighbour may swap twin knobs."""
+    """Probabilities of the rarer move kinds, how hard failures repel (log-latency),
+    whether an incumbent with no free one-step neighbour may swap twin knobs and then set
+    one knob to any other value."""
 
     scale_prob: float = 0.1
     two_knob_prob: float = 0.05
     jump_prob: float = 0.02
     failure_penalty: float = 0.05
     swaps: bool = True
+    any_value_from_incumbent: bool = True
+    #: Any-value moves of the incumbent only for knobs with at most this many values
+    #: (categorical switches, short lists); 0: every knob.
+    any_value_max_values: int = 4
 
     def __post_init__(self) -> None:
         if self.scale_prob + self.two_knob_prob + self.jump_prob > 1:
@@ -140,9 +149,28 @@ class NeighbourProposer:
         options = [c for c in index.adjacent(parent, knobs) if log.is_free(c, pending)]
         if not options and self._swaps_from(log, parent):
             options = [c for c in index.swapped(parent, knobs) if log.is_free(c, pending)]
+            if not options and self.settings.any_value_from_incumbent:
+                short = self._short(index, knobs)
+                options = [c for c in index.hamming(parent, short) if log.is_free(c, pending)]
         if not options:
             return None
         return Move(self._best(log, options, rng), "neighbour")
+
+    def any_value(
+        self,
+        log: TrialLog,
+        parent: int,
+        knobs: Sequence[int],
+        rng: np.random.Generator,
+        pending: set[int],
+    ) -> Move | None:
+        """The free configuration that differs from ``parent`` in one of ``knobs`` (any
+        value: Kernel Tuner's Hamming neighbourhood) its evaluated neighbours vouch for
+        best; ``None`` if none is free."""
+        options = [c for c in log.index.hamming(parent, knobs) if log.is_free(c, pending)]
+        if not options:
+            return None
+        return Move(self._best(log, options, rng), "hamming")
 
     def steps(self, log: TrialLog, parent: int, knobs: Sequence[int]) -> list[int]:
         """Every configuration :meth:`neighbour` may move ``parent`` to, free or not."""
@@ -150,7 +178,13 @@ class NeighbourProposer:
         out = index.adjacent(parent, knobs)
         if self._swaps_from(log, parent):
             out += index.swapped(parent, knobs)
+            if self.settings.any_value_from_incumbent:
+                out += index.hamming(parent, self._short(index, knobs))
         return out
+
+    def _short(self, index: SpaceIndex, knobs: Sequence[int]) -> list[int]:
+        limit = self.settings.any_value_max_values
+        return [j for j in knobs if not limit or index.cards[j] <= limit]
 
     def _swaps_from(self, log: TrialLog, parent: int) -> bool:
         """Swaps are tried from the incumbent only (a local optimum of the whole search)."""

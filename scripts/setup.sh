@@ -4,7 +4,8 @@
 #     ktuned installed into it without downloading anything.
 #   CPU machine: torch==2.13.0 (CPU build) and Triton from PyPI; kernels then run in Triton's
 #     interpreter.
-#   --dev adds the test and lint tools (pytest, ruff, mypy, hypothesis) and the fleet store.
+#   --dev adds the test and lint tools (pytest, ruff, mypy, hypothesis), the fleet store and
+#     the peer tuners of bench/peers.py (the `bench` extra: Optuna, Kernel Tuner).
 # ktuned is installed with its `daemon` extra (the tuner's and the daemon's dependencies);
 # `pip install ktuned` alone is the runtime's (tuned.runtime.load, docs/runtime.md).
 set -euo pipefail
@@ -13,7 +14,7 @@ PY=${PYTHON:-python3}
 DEV=0
 [ "${1:-}" = "--dev" ] && DEV=1
 EXTRAS=daemon
-[ "$DEV" = 1 ] && EXTRAS=daemon,dev,fleet  # fleet: PostgreSQL store tests
+[ "$DEV" = 1 ] && EXTRAS=daemon,dev,fleet,bench  # fleet: PostgreSQL store tests; bench: peers
 
 "$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)' || {
     echo "setup: ktuned needs Python >= 3.10; set PYTHON=/path/to/python3.10+" >&2; exit 2; }

@@ -30,6 +30,7 @@ SMOKE: dict[str, tuple[tuple[str, ...], str]] = {
     "replay_loop.py": ((), "| **mean** |"),
     "scrape_1000.py": ((), "5 kernels"),
     "step_overhead.py": ((), "| main-process overhead per step | ms |"),
+    "policy_overhead.py": ((), "per decision with 500 candidates"),
     "timed_replay.py": ((), "| default |"),
 }
 
@@ -54,6 +55,8 @@ COVERED_ELSEWHERE = {
     "aa_gpu.py": "tests/shared/test_acceptance.py (--smoke, the JSON's comparisons)",
     "runtime_model.py": "tests/runtime/test_runtime_model.py (--smoke, the speedup table)",
     "unit_nvml.py": "tests/daemon/test_systemd_unit.py (--smoke, every check of the unit's)",
+    "search_replay.py": "tests/policies/test_stalls.py and test_replay.py (its replay())",
+    "peers.py": "tests/policies/test_peers.py (every peer and the command line, smoke)",
 }
 
 #: Slower smoke runs (tens of seconds in the interpreter): run by CI (slow tests run there).
@@ -62,6 +65,7 @@ SLOW_SMOKE: dict[str, tuple[tuple[str, ...], str]] = {
     "soak.py": ((), "soak: smoke run (no verdict)"),
     "tune_examples.py": ((), "| vector_add |"),
     "liger_bench.py": ((), "| entry |"),
+    "sandbox_startup.py": (("--rounds", "1"), "sandbox adds"),
     "throughput.py": (("--out", "{tmp}/throughput.json", "--workdir", "{tmp}/work"), "(c)"),
 }
 
@@ -80,10 +84,6 @@ MODULES = {
     "stack_sampler.py": "throughput.py --sample-stacks",
     "throughput_report.py": "throughput.py's summary and table",
 }
-
-#: TODO(issue 24): search_replay.py, policy_overhead.py and peers*.py belong to issue 24's
-#: work; they join these lists (and mypy, pyproject.toml) when it is merged.
-OTHERS = {"search_replay.py", "policy_overhead.py"}
 
 
 def _run(
@@ -172,8 +172,7 @@ def test_every_script_is_listed() -> None:
         | set(GPU_ONLY)
         | set(ON_TUNED_STATE)
         | set(MODULES)
-        | OTHERS
     )
-    present = {p.name for p in BENCH.glob("*.py") if not p.name.startswith("peers")}
+    present = {p.name for p in BENCH.glob("*.py")}
     assert present - listed == set(), "new bench scripts: give them a --smoke and list them"
     assert listed - present == set(), "listed scripts that are gone"

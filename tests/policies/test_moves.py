@@ -13,7 +13,9 @@ from policies.space_index import SpaceIndex
 from tests.policies.conftest import spaces, valid_configs
 
 SPACE = SearchSpace(knobs={"BLOCK": (16, 32, 48, 64, 128), "num_warps": (1, 2, 4, 8)})
-ONLY_NEIGHBOURS = MoveSettings(scale_prob=0, two_knob_prob=0, jump_prob=0)
+ONLY_NEIGHBOURS = MoveSettings(
+    scale_prob=0, two_knob_prob=0, jump_prob=0, any_value_from_incumbent=False
+)
 
 
 def _log(space: SearchSpace, rows: list[tuple[dict[str, object], float | None]]) -> TrialLog:
@@ -100,6 +102,36 @@ def test_exhausted_neighbourhood_widens_then_goes_random() -> None:
     pending = {move.code}
     move = proposer.propose(log, parent, (0,), np.random.default_rng(0), pending)
     assert move is not None and move.kind == "random"
+
+
+def test_locally_optimal_incumbent_tries_any_value_of_its_short_knobs() -> None:
+    rows: list[tuple[dict[str, object], float | None]] = [
+        ({"BLOCK": 16, "num_warps": 1}, 1.0),
+        ({"BLOCK": 32, "num_warps": 1}, 1.2),
+        ({"BLOCK": 16, "num_warps": 2}, 1.3),
+    ]
+    log = _log(SPACE, rows)
+    parent = log.index.encode(rows[0][0])
+    assert parent is not None
+    settings = MoveSettings(scale_prob=0, two_knob_prob=0, jump_prob=0)
+    proposer = NeighbourProposer(settings=settings)
+    assert not proposer.exhausted(log, parent, (0, 1))  # num_warps 4 and 8 are still free
+    picks = set()
+    for seed in range(10):
+        move = proposer.local(log, parent, (0, 1), np.random.default_rng(seed), set())
+        assert move is not None and move.kind == "neighbour"
+        picks.add(tuple(log.index.decode(move.code).values()))
+    # Only num_warps (4 values) jumps; BLOCK (5 values, over any_value_max_values) does not.
+    assert picks <= {(16, 4), (16, 8)}
+    # A slower parent keeps one-step moves only.
+    slower = log.index.encode(rows[1][0])
+    assert slower is not None
+    steps = proposer.steps(log, slower, (0, 1))
+    assert sorted(tuple(log.index.decode(c).values()) for c in steps) == [
+        (16, 1),
+        (32, 2),
+        (48, 1),
+    ]
 
 
 @settings(max_examples=40, deadline=None, database=None)

@@ -1,0 +1,150 @@
+"""Issue 24: the default policy must not stall on a plateau while the optimum lies elsewhere.
+
+The fixture is a real recorded space (``tests/fixtures/pnpoly_3060_small.json.gz``, cut down
+from the benchdata pnpoly space): its optimum needs ``between_method`` 0, two list positions
+from the plateau of methods 2 and 3 (method 1 between them is slow), and a ``use_method``
+that only pays with the right ``tile_size``. The policy as it was before issue 24 (no stall
+arms, no any-value moves) climbs onto the plateau and fills it; the default reaches the
+optimum.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+from policies import DEFAULT_POLICY, HierarchicalPolicy, HierarchicalSettings
+from policies.base import SearchSpace, Trial
+from policies.density import DensityProposer, DensitySettings
+from policies.hierarchical import MODEL_ARM, RESTART_ARM, HierarchicalState
+from policies.history import TrialLog
+from policies.moves import MoveSettings
+from policies.space_index import SpaceIndex
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURE = ROOT / "tests" / "fixtures" / "pnpoly_3060_small.json.gz"
+SEEDS = range(8)
+BUDGET = 200
+
+
+@pytest.fixture(scope="module")
+def replay_module() -> ModuleType:
+    from bench import search_replay
+
+    return search_replay
+
+
+def _before_issue_24() -> HierarchicalPolicy:
+    return HierarchicalPolicy(
+        settings=HierarchicalSettings(moves=MoveSettings(any_value_from_incumbent=False))
+    )
+
+
+def test_the_default_has_no_stall_arms_but_any_value_moves() -> None:
+    settings = HierarchicalPolicy.default_settings
+    assert settings.stall_patience == 0
+    assert settings.moves.any_value_from_incumbent
+    assert settings.moves.any_value_max_values == 4
+
+
+def test_the_old_default_stalls_and_the_new_one_reaches_the_optimum(
+    replay_module: ModuleType,
+) -> None:
+    space = replay_module.RecordedSpace(FIXTURE)
+    old = [
+        replay_module.replay(space, "old", s, budgets=(BUDGET,), policy=_before_issue_24())[0]
+        for s in SEEDS
+    ]
+    new = [replay_module.replay(space, DEFAULT_POLICY, s, budgets=(BUDGET,))[0] for s in SEEDS]
+    # Before: most seeds stop on the plateau, more than 5 % from the optimum (6 of 8 when
+    # this was written); now all but at most one reach the optimum (8 of 8).
+    assert sum(f < 0.95 for f in old) >= len(old) // 2, old
+    assert sum(f >= 0.999 for f in new) >= len(new) - 1, new
+    assert np.mean(new) > np.mean(old) + 0.05
+
+
+def _space() -> SearchSpace:
+    return SearchSpace(knobs={"a": (0, 1, 2, 3), "b": (1, 2, 4, 8, 16, 32), "c": (0, 1)})
+
+
+def _trials(space: SearchSpace, times: dict[int, float | None]) -> list[Trial]:
+    out = []
+    for i, (code, t) in enumerate(times.items()):
+        out.append(
+            Trial(
+                candidate_id=f"c{i}",
+                knobs=space.config_at(code),
+                outcome="ok" if t is not None else "compile_error",
+                time_s=t,
+            )
+        )
+    return out
+
+
+def test_density_proposer_favours_the_good_values_and_is_seeded() -> None:
+    space = _space()
+    index = SpaceIndex(space)
+    # Fast trials all have a == 3; slow ones a in {0, 1}.
+    times: dict[int, float | None] = {}
+    for code in range(index.size):
+        digits = index.digits(code)
+        if digits[0] == 3 and digits[2] == 0 and len(times) < 40:
+            times[code] = 1.0 + 0.01 * digits[1]
+        elif digits[0] < 2 and digits[1] % 2 == 0:
+            times[code] = 5.0
+    log = TrialLog(index)
+    log.sync(_trials(space, times))
+    picks = []
+    for seed in range(20):
+        code = DensityProposer().propose(log, np.random.default_rng(seed), set())
+        assert code is not None and code not in log.seen and index.admits(code)
+        picks.append(index.digits(code)[0])
+    assert picks.count(3) >= 15, picks  # the good value of the knob that matters
+    again = DensityProposer().propose(log, np.random.default_rng(0), set())
+    assert again == index.code_of(
+        index.digits(DensityProposer().propose(log, np.random.default_rng(0), set()) or 0)
+    )
+
+
+def test_density_settings_are_validated() -> None:
+    with pytest.raises(ValueError, match="gamma"):
+        DensitySettings(gamma=1.5)
+    with pytest.raises(ValueError, match="stall_patience"):
+        HierarchicalSettings(stall_patience=-1)
+
+
+def test_stall_arms_open_only_after_the_patience_and_persist_their_climb() -> None:
+    space = _space()
+    patience = 15
+    policy = HierarchicalPolicy(settings=HierarchicalSettings(stall_patience=patience))
+    rng = np.random.default_rng(3)
+    trials: list[Trial] = []
+    arms: list[str | None] = []
+    # Every configuration takes the same time: nothing after the first ever improves.
+    while len(trials) < patience + 25:
+        suggestion = policy.suggest(space, trials, rng)
+        assert suggestion is not None
+        trial = Trial(
+            candidate_id=f"c{len(trials)}", knobs=suggestion.knobs, outcome="ok", time_s=1.0
+        )
+        policy.observe(suggestion, trial)
+        trials.append(trial)
+        arms.append(suggestion.arm)
+    stall_arms = {MODEL_ARM, RESTART_ARM}
+    first = next(i for i, a in enumerate(arms) if a in stall_arms)
+    assert first >= patience  # evaluation 1 (index 0 here) is the incumbent throughout
+    assert stall_arms <= set(arms[first:])
+    state = policy.to_dict()
+    restored = HierarchicalState.from_dict(state)
+    assert restored.to_dict() == state
+    if state["climb"] is not None:
+        assert set(state["climb"]) == set(space.knobs)
+
+
+def test_the_default_is_deterministic_per_seed(replay_module: ModuleType) -> None:
+    space = replay_module.RecordedSpace(FIXTURE)
+    first = replay_module.replay(space, DEFAULT_POLICY, 5, budgets=(30, 80))
+    assert replay_module.replay(space, DEFAULT_POLICY, 5, budgets=(30, 80)) == first
