@@ -21,7 +21,7 @@ from policies.masks import MaskSettings
 from tuned.config_checks import Check, boolean, number
 from tuned.errors import BadInputError
 from tuned.evaluation.client import EvaluationSettings
-from tuned.evaluation.sandbox import SANDBOX_MODES
+from tuned.evaluation.sandbox import SANDBOX_MODES, SandboxSettings, hidden_paths
 from tuned.llm.settings import LlmSettings, llm_checks
 from tuned.paths import default_state_dir
 from tuned.settings import ProfilingConfig
@@ -151,6 +151,23 @@ class DaemonConfig:
     #: The LLM proposer and its token budget (docs/llm.md); off unless base_url and model set.
     llm: LlmSettings = field(default_factory=LlmSettings)
     source: str = "(built-in defaults)"
+
+    def evaluation_settings(
+        self, interpreter: bool, config_path: Path | None
+    ) -> EvaluationSettings:
+        """The workers' settings: this config's deadlines and sandbox, which also covers the
+        state directory, the config file and the LLM key file (docs/security.md)."""
+        e = self.evaluation
+        hidden = hidden_paths(self.state_dir, config_path, self.llm.api_key_file)
+        return EvaluationSettings(
+            interpreter=interpreter,
+            startup_timeout_s=e.startup_timeout_s,
+            compile_timeout_s=e.phase_timeout_s,
+            correctness_timeout_s=e.phase_timeout_s,
+            benchmark_timeout_s=e.phase_timeout_s,
+            interpreter_max_size=e.interpreter_max_size,
+            sandbox=SandboxSettings(mode=e.sandbox, hidden=hidden),
+        )
 
 
 #: The example configuration that documents every key, as installed (the wheel ships it).

@@ -34,10 +34,9 @@ from tuned.daemon.scheduler import Scheduler
 from tuned.daemon.signals import SignalGate
 from tuned.daemon.watcher import RegistryChanges, RegistryWatcher
 from tuned.errors import TunedError, WorkerError
-from tuned.evaluation.client import GPU_SPARES, EvaluationSettings
+from tuned.evaluation.client import GPU_SPARES
 from tuned.evaluation.evaluator import Evaluator
 from tuned.evaluation.replay import ReplayClient
-from tuned.evaluation.sandbox import SandboxSettings
 from tuned.llm.proposer import LlmProposer
 from tuned.llm.setup import open_proposer
 from tuned.metrics import GpuLabels, LiveStatus, MetricsServer, StoreCollector
@@ -201,7 +200,7 @@ class Daemon:
             self._lanes.append(
                 GatedWorkerClient(
                     workdir=cfg.state_dir / "workers" / str(n),
-                    settings=self._evaluation_settings(interpreter),
+                    settings=self.config.evaluation_settings(interpreter, self.config_path),
                     monitor=monitor,
                     retries=cfg.gpu.throttle_retries,
                     # Lanes measure on threads of their own: only the main thread's waits
@@ -525,7 +524,9 @@ class Daemon:
             if self._client.fingerprint:
                 self._hardware.set_fingerprint(self._client.fingerprint)
         for lane in self._lanes:
-            lane.settings = self._evaluation_settings(self._client.settings.interpreter)
+            lane.settings = self.config.evaluation_settings(
+                self._client.settings.interpreter, self.config_path
+            )
             lane.retries = new.gpu.throttle_retries
         if plan.registry_changed:
             self.watcher = RegistryWatcher(new.registry.path)
@@ -541,25 +542,6 @@ class Daemon:
         self.notifier.ready(self._status_line())
 
     # -- helpers
-
-    def _evaluation_settings(self, interpreter: bool) -> EvaluationSettings:
-        e = self.config.evaluation
-        return EvaluationSettings(
-            interpreter=interpreter,
-            startup_timeout_s=e.startup_timeout_s,
-            compile_timeout_s=e.phase_timeout_s,
-            correctness_timeout_s=e.phase_timeout_s,
-            benchmark_timeout_s=e.phase_timeout_s,
-            interpreter_max_size=e.interpreter_max_size,
-            sandbox=SandboxSettings(mode=e.sandbox, hidden=self._hidden_paths()),
-        )
-
-    def _hidden_paths(self) -> tuple[Path, ...]:
-        """What a worker's sandbox covers even where a mounted directory holds it: the state
-        directory (the store), the config, the LLM key file and the credentials directory."""
-        paths = [self.config.state_dir, self.config_path, self.config.llm.api_key_file]
-        creds = os.environ.get("CREDENTIALS_DIRECTORY")
-        return tuple(Path(p) for p in [*paths, creds] if p)
 
     def _new_hardware(self, interpreter: bool) -> HardwareFeedback:
         assert self._store is not None

@@ -58,6 +58,7 @@ __all__ = [
     "descendants",
     "exit_status",
     "find_bwrap",
+    "hidden_paths",
     "sandboxed",
     "socket_filter",
 ]
@@ -131,6 +132,14 @@ class Launch:
         for fd in self.close_after:
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def hidden_paths(*paths: Path | str | None) -> tuple[Path, ...]:
+    """What a worker's sandbox covers even where a mounted directory holds it: the given paths
+    (the daemon's state directory, its config, the LLM key file) and the credentials
+    directory systemd gives the daemon (``$CREDENTIALS_DIRECTORY``)."""
+    creds = os.environ.get("CREDENTIALS_DIRECTORY")
+    return tuple(Path(p) for p in [*paths, creds] if p)
 
 
 def exit_status(code: int, settings: SandboxSettings) -> int:
