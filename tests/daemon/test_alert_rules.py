@@ -162,7 +162,15 @@ def test_a_healthy_burst_does_not_page_and_a_crashing_candidate_does(
         assert _crash_alerts(prom) == []
         assert prom.query("ktuned_worker_restarts_total == 0")  # deprecated: crashes only
 
-        crash = ADD_SOURCE.replace("out = torch.empty_like(x)", "import os; os.abort()")
+        # A candidate that crashes only ends its runner (the judge carries on); what pages is
+        # the worker itself dying, as a driver fault or the OOM killer would end it: here the
+        # candidate kills its judge (the runners' zygote's parent) with posix.kill.
+        kill_judge = (
+            "import os, posix; "
+            "posix.kill(int(open(f'/proc/{os.getppid()}/stat').read().rpartition(')')[2]"
+            ".split()[1]), 9); out = torch.empty_like(x)"
+        )
+        crash = ADD_SOURCE.replace("out = torch.empty_like(x)", kill_judge)
         for block in (64, 128, 256, 512, 1024, 64, 128):
             result = lane.evaluate(spec, _candidate(spec, crash, block))
             assert result.outcome is Outcome.CRASH, result.reason

@@ -91,7 +91,9 @@ def test_sigterm_mid_evaluation_exits_fast_and_the_next_start_loses_nothing(
 ) -> None:
     marker = tmp_path / "SLOW"
     registry = write_entry("slow", source=slow_when_marked(marker)).parent
-    d = start_daemon(registry)
+    # The marker is a host file, which the workers' sandbox hides from candidate code (the
+    # launcher would never see it): this test is about stopping, so no sandbox.
+    d = start_daemon(registry, extra="evaluation: {sandbox: none}\n")
     d.notify.wait("READY", "1", timeout=180)
     wait_for(lambda: len(d.evaluations()) >= 3, 120, "three evaluations")
     # From now on every evaluation hangs in the launcher (inside the worker).

@@ -208,9 +208,10 @@ class WorkerClient:
         return descendants(self.pids())
 
     def worker_pids(self) -> set[int]:
-        """The worker's and the spares' own processes: :meth:`process_ids` less the sandbox's
-        ``bwrap`` processes around them (the processes whose environment is the worker's)."""
-        return {p for p in self.process_ids() if _command_name(p) != "bwrap"}
+        """The worker's and the spares' own processes (the judges, whose environment is the
+        worker's): :meth:`process_ids` less the sandbox's ``bwrap`` processes around them and
+        the runners' zygote and runners below them."""
+        return {p for p in self.process_ids() if _is_worker(p)}
 
     @property
     def spare_pid(self) -> int | None:
@@ -513,11 +514,14 @@ class _Child:
                 os.close(fd)
 
 
-def _command_name(pid: int) -> str:
+def _is_worker(pid: int) -> bool:
+    """Whether ``pid`` runs ``python -m tuned.evaluation.worker`` (a judge, not a runner)."""
     try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
-        return ""  # gone
+        return False  # gone
+    return comm != "bwrap" and b"tuned.evaluation.worker" in argv  # bwrap's argv holds it too
 
 
 def _tail(path: Path, limit: int = 800) -> str:
