@@ -225,19 +225,25 @@ def _check_module(
         installed = None
         if functions["launcher"] is not None:
             installed = find_installed(source, functions["launcher"], local)
-        if installed is not None and call is not None and not call.outputs:
-            _check_installed_returns(installed, functions["launcher"] or "", out)
+        # The installed module, parsed once (its own syntax errors are the worker's to say).
+        theirs = None
+        if installed is not None:
+            theirs = outline_module(installed.source, installed.path, Problems(installed.path))
+        if installed is not None and theirs is not None and call is not None and not call.outputs:
+            fn, _ = launcher_definition(installed.source, theirs, installed.qualname)
+            if fn is not None and returns_nothing(fn):
+                where = f"line {fn.lineno} of {installed.path}"
+                _returns_nothing_problem(functions["launcher"] or "", where, out)
         if knobs is not None:
             installed = None  # declared knobs: passed to the launcher, nothing injected
         if installed is not None:  # the copy tuned is the installed module's (installed.py)
             found = discover_source(installed.source, installed.qualname, installed.module)
             space, base, notices = _injected_only(found, installed.path, functions["launcher"])
-            if found is not None and "." not in installed.qualname:
+            if found is not None and theirs is not None and "." not in installed.qualname:
                 # a plain function: its knob parameters are passed as keywords, as a local
                 # launcher's are (baselines: its literal defaults)
                 params = {k: v for k, v in found.knobs.items() if k not in found.sites}
-                outline = outline_module(installed.source, installed.path, out)
-                fn = None if outline is None else outline.functions.get(installed.qualname)
+                fn = theirs.functions.get(installed.qualname)
                 if fn is not None and params:
                     space = {**params, **space}
                     base = {**launcher_defaults(fn, params, installed.module, out), **base}
@@ -255,13 +261,8 @@ def _check_module(
             ]
         return dict(knobs or {}), {}, notices, None
     if call is not None and not call.outputs and returns_nothing(launcher):
-        out.add(
-            "outputs",
-            f"the launcher {functions['launcher']} (line {launcher.lineno} of {module}) returns "
-            "nothing and the entry declares no outputs, so there would be nothing to check; "
-            "if it writes its results into arguments, list them, e.g. `outputs: [out]` "
-            "(parameter names or positions), else return the outputs",
-        )
+        where = f"line {launcher.lineno} of {module}"
+        _returns_nothing_problem(functions["launcher"] or "", where, out)
     if knobs is None and launcher.name != (functions["launcher"] or "").split(".")[-1]:
         # a method, Function.apply or forward: its own module's copy, by qualified name
         found = discover_source(source, functions["launcher"] or "", module, sources=extra)
@@ -278,21 +279,15 @@ def _check_module(
     return dict(knobs), baseline, notices, None
 
 
-def _check_installed_returns(installed: InstalledLauncher, launcher: str, out: Problems) -> None:
-    """An installed launcher that returns nothing, in an entry that declares no outputs, is a
-    problem of the entry (there would be nothing to check), as for a launcher of its own."""
-    outline = outline_module(installed.source, installed.path, Problems(installed.path))
-    if outline is None:
-        return  # unreadable here: the worker says so when it imports it
-    fn, _ = launcher_definition(installed.source, outline, installed.qualname)
-    if fn is not None and returns_nothing(fn):
-        out.add(
-            "outputs",
-            f"the launcher {launcher} (line {fn.lineno} of {installed.path}) returns nothing "
-            "and the entry declares no outputs, so there would be nothing to check; if it "
-            "writes its results into arguments, list them, e.g. `outputs: [out]` (parameter "
-            "names or positions), else return the outputs",
-        )
+def _returns_nothing_problem(launcher: str, where: str, out: Problems) -> None:
+    """A launcher that returns nothing, in an entry that declares no outputs: there would be
+    nothing to check (a local launcher's or an installed one's)."""
+    out.add(
+        "outputs",
+        f"the launcher {launcher} ({where}) returns nothing and the entry declares no outputs, "
+        "so there would be nothing to check; if it writes its results into arguments, list "
+        "them, e.g. `outputs: [out]` (parameter names or positions), else return the outputs",
+    )
 
 
 def _injected_only(
