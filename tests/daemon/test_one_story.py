@@ -55,8 +55,15 @@ def test_status_report_and_metrics_agree(
     write_entry("wrong", source=wrong, yaml=SMALL.format(name="wrong"))
     d = start_daemon(registry)
     d.notify.wait("READY", "1", timeout=180)
-    # Idle: both kernels done, nothing changes any more while the three are read.
-    wait_for(lambda: 'ktuned_daemon_state{state="idle"} 1.0' in d.metrics(), 180, "the daemon idle")
+    # Idle with both kernels done (the daemon is also idle for a moment after READY, before
+    # its first step): nothing changes any more while the three are read.
+    def settled() -> bool:
+        body = d.metrics()
+        states = _metrics(body)[1]
+        done = len(states) == 2 and set(states.values()) <= {"exhausted", "failed"}
+        return done and 'ktuned_daemon_state{state="idle"} 1.0' in body
+
+    wait_for(settled, 180, "both kernels done and the daemon idle")
     evaluations, states = _metrics(d.metrics())
     status = json.loads(_cli(d.state, "status", "--json"))
     out = tmp_path / "report"
