@@ -7,10 +7,12 @@ uses unless configured otherwise.
 name                         policy
 ===========================  ==============================================================
 ``hierarchical``             KernelBand: (runtime cluster x strategy) masked UCB, then a
-                             parent inside the cluster, then a parametric move; after a
-                             stall, a model arm and a restart arm join (default)
+                             parent inside the cluster, then a parametric move
+                             (default; opt-in: a model arm proposing from a Gaussian
+                             process or a TPE-style model of the whole space)
 ``hierarchical_nocluster``   the same with a single cluster (ablation)
-                             (the flat bandits below have the stall arms too)
+``hierarchical_gp``          the same with the Gaussian-process model arm
+                             (:mod:`policies.surrogate`) from the first decision on
 ``ucb``                      flat masked UCB over strategies, moves from the incumbent
 ``thompson``                 flat Thompson sampling over strategies
 ``discounted_ucb``           flat discounted UCB over strategies (non-stationary rewards)
@@ -29,6 +31,7 @@ from policies.base import Config, KnobValue, Policy, SearchSpace, Suggestion, Tr
 from policies.batch import propose_batch
 from policies.flat import (
     DiscountedUCBPolicy,
+    ModelArmHierarchicalPolicy,
     ThompsonPolicy,
     UCBPolicy,
     UnclusteredHierarchicalPolicy,
@@ -47,6 +50,7 @@ __all__ = [
     "HierarchicalSettings",
     "HierarchicalState",
     "KnobValue",
+    "ModelArmHierarchicalPolicy",
     "Policy",
     "RandomPolicy",
     "SearchSpace",
@@ -68,6 +72,7 @@ POLICIES: dict[str, Any] = {
     for cls in (
         HierarchicalPolicy,
         UnclusteredHierarchicalPolicy,
+        ModelArmHierarchicalPolicy,
         UCBPolicy,
         ThompsonPolicy,
         DiscountedUCBPolicy,

@@ -1,4 +1,5 @@
-"""Flat bandits over strategies: KernelBand's arms without the hierarchy (the ablations).
+"""Flat bandits over strategies: KernelBand's arms without the hierarchy (the ablations), and
+the hierarchical policy with its opt-in model arm.
 
 Each arm is a strategy; every move starts from the incumbent (the fastest candidate so
 far), there is no clustering and no level-2 parent choice. When the incumbent has no free
@@ -13,7 +14,13 @@ from typing import ClassVar
 
 from policies.hierarchical import HierarchicalPolicy, HierarchicalSettings
 
-__all__ = ["DiscountedUCBPolicy", "ThompsonPolicy", "UCBPolicy", "UnclusteredHierarchicalPolicy"]
+__all__ = [
+    "DiscountedUCBPolicy",
+    "ModelArmHierarchicalPolicy",
+    "ThompsonPolicy",
+    "UCBPolicy",
+    "UnclusteredHierarchicalPolicy",
+]
 
 
 def _flat(selector: str) -> HierarchicalSettings:
@@ -46,3 +53,10 @@ class UnclusteredHierarchicalPolicy(HierarchicalPolicy):
 
     name: ClassVar[str] = "hierarchical_nocluster"
     default_settings: ClassVar[HierarchicalSettings] = HierarchicalSettings(clustering=None)
+
+
+class ModelArmHierarchicalPolicy(HierarchicalPolicy):
+    """The hierarchical policy with the Gaussian-process model arm (opt-in, issue 24)."""
+
+    name: ClassVar[str] = "hierarchical_gp"
+    default_settings: ClassVar[HierarchicalSettings] = HierarchicalSettings(model="gp")

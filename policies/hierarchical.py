@@ -27,21 +27,25 @@ One decision (``suggest``):
    through :meth:`HierarchicalPolicy.set_llm_strategies`, the caller has an LLM rewrite the
    parent's code under the strategy instead.
 
-7. *Stall arms* (issue 24). Best-first expansion fills the plateau around a local optimum
-   when the optimum lies in another basin (another value of a categorical switch, a
-   tile size that only pays with another method). Once the incumbent has not improved for
-   ``stall_patience`` evaluations, two more arms join the bandit, credited like the others
-   with the child's gain over its parent: ``model``, a density-ratio (TPE-style) proposal
-   over the whole space (:mod:`policies.density`; parent: the incumbent), and ``restart``,
-   a greedy climb from a uniformly random start that moves one knob to any value
-   (:meth:`policies.moves.NeighbourProposer.any_value`; parent: the climb's base) and
-   starts over when its base has no free such neighbour. A climb that beats the incumbent
-   hands its basin to the best-first arms, which always expand the fastest parent.
+7. *The model arm* (issue 24; opt-in, ``model``). Best-first expansion fills the plateau
+   around a local optimum when the optimum lies in another basin (another value of a
+   categorical switch, a tile size that only pays with another method). Once the
+   incumbent has not improved for ``model_patience`` evaluations, one more arm, ``model``,
+   proposes from a surrogate of the whole space: a Gaussian process's expected
+   improvement (:mod:`policies.surrogate`, ``"gp"``) or a density-ratio (TPE-style) model
+   (:mod:`policies.density`, ``"tpe"``); its parent is the incumbent, and it is credited
+   like any other arm with the child's gain over it.
+   A *restart* arm (opt-in, ``stall_patience``) joins once the incumbent has not
+   improved for that many evaluations: a greedy climb from a uniformly random start that
+   moves one knob to any value (:meth:`policies.moves.NeighbourProposer.any_value`) and
+   starts over when its base has no free such neighbour. A proposal that beats the
+   incumbent hands its basin to the best-first arms, which always expand the fastest parent.
 
 ``observe`` credits the arm with KernelBand's reward, the child's relative latency
 reduction versus its parent clipped at 0 (failures: 0). State (arm statistics, clustering,
 recent rewards, prior, the restart arm's climb) is a JSON-safe dataclass; everything else is
-rebuilt from ``trials``. The stall arms' rewards stay out of the reach mask's window.
+rebuilt from ``trials``. The model and restart arms' rewards stay out of the reach mask's
+window (their parent is the incumbent, whatever the cluster).
 """
 
 from __future__ import annotations
@@ -71,12 +75,14 @@ from policies.strategies import (
     llm_strategy_name,
     strategy_knobs,
 )
+from policies.surrogate import SurrogateProposer, SurrogateSettings
 from policies.thompson import ThompsonSelector, ThompsonSettings
 from policies.ucb import UCBSelector, UCBSettings
 
 __all__ = ["HierarchicalPolicy", "HierarchicalSettings", "HierarchicalState", "make_selector"]
 
 _SELECTORS = ("ucb", "thompson", "discounted_ucb")
+_MODELS = ("gp", "tpe", "none")
 #: The model arm's name (and strategy): one arm, not one per cluster.
 MODEL_ARM = "model"
 RESTART_ARM = "restart"
@@ -94,19 +100,24 @@ class HierarchicalSettings:
     clustering: ClusteringSettings | None = field(default_factory=ClusteringSettings)
     masks: MaskSettings = field(default_factory=MaskSettings)
     moves: MoveSettings = field(default_factory=MoveSettings)
-    #: The model arm's settings (one of the stall arms); ``None``: no model arm.
-    model: DensitySettings | None = field(default_factory=DensitySettings)
+    #: The model arm's proposer: ``"gp"`` (:mod:`policies.surrogate`), ``"tpe"``
+    #: (:mod:`policies.density`) or ``"none"``: no model arm, the default (measured on the
+    #: recorded spaces: the GP arm ends a stall on categorical switches and costs the
+    #: best-first climb a needle optimum; no net gain, see docs/decisions.md, issue 24).
+    model: str = "none"
+    surrogate: SurrogateSettings = field(default_factory=SurrogateSettings)
+    #: The model arm opens once the incumbent has not improved for this many
+    #: evaluations (0: from the first bandit decision on).
+    model_patience: int = 0
+    density: DensitySettings = field(default_factory=DensitySettings)
     strategies: tuple[str, ...] = tuple(s.name for s in STRATEGIES)
     #: Knob -> group, overriding inference (see :mod:`policies.strategies`).
     knob_groups: tuple[tuple[str, str], ...] = ()
     initial_random: int = 10
-    #: The stall arms (``model``, ``restart``) open once the incumbent has not improved
-    #: for this many evaluations; 0: never, the default (measured with 20, 40 and 60 on the
-    #: recorded spaces: they cost the best-first climb more than they found, see
-    #: docs/decisions.md, issue 24).
+    #: The restart arm opens once the incumbent has not improved for this many
+    #: evaluations; 0: never, the default (measured with 20, 40 and 60 on the recorded
+    #: spaces: it cost the best-first climb more than it found, see docs/decisions.md).
     stall_patience: int = 0
-    #: Whether the restart arm (climbs from random starts) is one of the stall arms.
-    restarts: bool = True
     reach_window: int = 20
     #: Level 2 with a profile: how much full headroom is worth, in log-latency.
     headroom_weight: float = 0.1
@@ -116,12 +127,16 @@ class HierarchicalSettings:
     parent: str = "cluster"
 
     def __post_init__(self) -> None:
+        if self.model not in _MODELS:
+            raise ValueError(f"unknown model {self.model!r}; valid: {_MODELS}")
         if self.selector not in _SELECTORS:
             raise ValueError(f"unknown selector {self.selector!r}; valid: {_SELECTORS}")
         if self.parent not in ("cluster", "incumbent"):
             raise ValueError(f"parent must be 'cluster' or 'incumbent', got {self.parent!r}")
         if self.initial_random < 1:
             raise ValueError("initial_random must be >= 1 (the baseline)")
+        if self.model_patience < 0:
+            raise ValueError(f"model_patience must be >= 0, got {self.model_patience}")
         if self.stall_patience < 0:
             raise ValueError(f"stall_patience must be >= 0, got {self.stall_patience}")
         if self.reach_window < 0 or self.headroom_candidates < 1:
@@ -222,9 +237,11 @@ class HierarchicalPolicy:
             self.state.prior = {s: (float(n), float(r)) for s, (n, r) in prior.items()}
         self._selector = make_selector(self.settings)
         self._proposer = NeighbourProposer(settings=self.settings.moves)
-        self._density = (
-            None if self.settings.model is None else DensityProposer(settings=self.settings.model)
-        )
+        self._model: SurrogateProposer | DensityProposer | None = None
+        if self.settings.model == "gp":
+            self._model = SurrogateProposer(settings=self.settings.surrogate)
+        elif self.settings.model == "tpe":
+            self._model = DensityProposer(settings=self.settings.density)
         self._clusterer = (
             None
             if self.settings.clustering is None
@@ -268,9 +285,9 @@ class HierarchicalPolicy:
             )
         if arm is not None and arm.restart:
             return self._restart_move(log, rng, taken)
-        if arm is not None and arm.model and self._density is not None:
+        if arm is not None and arm.model and self._model is not None:
             parent = log.ok[arm.parent]
-            code = self._density.propose(log, rng, taken)
+            code = self._model.propose(log, rng, taken)
             if code is not None:
                 return Suggestion(
                     knobs=log.index.decode(code),
@@ -465,14 +482,14 @@ class HierarchicalPolicy:
         pairs = [(a.cluster, a.strategy) for a in candidates]
         kept = {(c, s.name) for c, s in open_arms(pairs, representative, self.settings.masks)}
         arms = self._reachable(log, [a for a in candidates if (a.cluster, a.strategy.name) in kept])
-        stalled = self._stalled_for(log)
         incumbent = log.ranked[0][1]
+        stalled = self._stalled_for(log)
+        model_open = stalled >= self.settings.model_patience
+        if self._model is not None and model_open and len(log.ok) >= 2:
+            arms.append(_Arm(-1, CONFIG, (), incumbent, model=True))
         patience = self.settings.stall_patience
         if patience and stalled >= patience:
-            if self._density is not None and len(log.ok) >= 2:
-                arms.append(_Arm(-1, CONFIG, (), incumbent, model=True))
-            if self.settings.restarts:
-                arms.append(_Arm(-1, CONFIG, (), incumbent, restart=True))
+            arms.append(_Arm(-1, CONFIG, (), incumbent, restart=True))
         while arms:
             for arm in arms:
                 self._seed_arm(arm.name, arm.strategy_name)

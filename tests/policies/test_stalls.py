@@ -46,6 +46,7 @@ def _before_issue_24() -> HierarchicalPolicy:
 def test_the_default_has_no_stall_arms_but_any_value_moves() -> None:
     settings = HierarchicalPolicy.default_settings
     assert settings.stall_patience == 0
+    assert settings.model == "none"  # the model arm is opt-in (docs/decisions.md)
     assert settings.moves.any_value_from_incumbent
     assert settings.moves.any_value_max_values == 4
 
@@ -114,12 +115,18 @@ def test_density_settings_are_validated() -> None:
         DensitySettings(gamma=1.5)
     with pytest.raises(ValueError, match="stall_patience"):
         HierarchicalSettings(stall_patience=-1)
+    with pytest.raises(ValueError, match="model_patience"):
+        HierarchicalSettings(model_patience=-1)
+    with pytest.raises(ValueError, match="unknown model 'bo'"):
+        HierarchicalSettings(model="bo")
 
 
 def test_stall_arms_open_only_after_the_patience_and_persist_their_climb() -> None:
     space = _space()
     patience = 15
-    policy = HierarchicalPolicy(settings=HierarchicalSettings(stall_patience=patience))
+    policy = HierarchicalPolicy(
+        settings=HierarchicalSettings(stall_patience=patience, model="tpe", model_patience=patience)
+    )
     rng = np.random.default_rng(3)
     trials: list[Trial] = []
     arms: list[str | None] = []
