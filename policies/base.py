@@ -25,6 +25,7 @@ serializes calls. This library never imports ``tuned``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
@@ -99,8 +100,11 @@ class Trial:
 
     @property
     def ok(self) -> bool:
-        """Whether the trial produced a usable time (``outcome == "ok"`` with a time)."""
-        return self.outcome == "ok" and self.time_s is not None
+        """Whether the trial produced a usable time: ``outcome == "ok"`` with a finite,
+        positive time. Anything else (no time, 0, negative, NaN, infinity: a broken
+        measurement) counts as a failed trial for every policy, never as a crash."""
+        t = self.time_s
+        return self.outcome == "ok" and t is not None and math.isfinite(t) and t > 0
 
 
 @dataclass(frozen=True)

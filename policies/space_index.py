@@ -28,6 +28,8 @@ ENUMERATE_LIMIT = 250_000
 
 # Rejection draws before enumerating (small spaces) or giving up (huge spaces).
 _REJECTION_DRAWS = 64
+#: Spaces of at least this many configurations are drawn knob by knob.
+_ONE_DRAW_LIMIT = 2**63
 _HUGE_SPACE_DRAWS = 20_000
 
 
@@ -161,6 +163,13 @@ class SpaceIndex:
 
     # -- sampling and neighbourhoods --------------------------------------------------------
 
+    def random_code(self, rng: np.random.Generator) -> int:
+        """A uniformly random code of the cartesian space (valid or not). One draw below
+        2**63 configurations; a draw per knob above (numpy's integers stop at int64)."""
+        if self.size < _ONE_DRAW_LIMIT:
+            return int(rng.integers(self.size))
+        return self.code_of([int(rng.integers(card)) for card in self.cards])
+
     def random_free(self, rng: np.random.Generator, taken: Collection[int]) -> int | None:
         """A uniformly random valid code not in ``taken``; ``None`` when there is none.
 
@@ -171,7 +180,7 @@ class SpaceIndex:
         if self.size == 0:
             return None
         for _ in range(_REJECTION_DRAWS):
-            code = int(rng.integers(self.size))
+            code = self.random_code(rng)
             if code not in taken and self.admits(code):
                 return code
         if self.size <= ENUMERATE_LIMIT:
@@ -180,7 +189,7 @@ class SpaceIndex:
                 codes = codes[~np.isin(codes, np.fromiter(taken, dtype=np.int64))]
             return int(codes[rng.integers(len(codes))]) if len(codes) else None
         for _ in range(_HUGE_SPACE_DRAWS):
-            code = int(rng.integers(self.size))
+            code = self.random_code(rng)
             if code not in taken and self.admits(code):
                 return code
         return None

@@ -152,7 +152,7 @@ class SurrogateProposer:
             if index.size < _INT64_SAFE:
                 draws = [int(c) for c in rng.integers(index.size, size=s.pool)]
             else:
-                draws = [int(rng.integers(index.size)) for _ in range(s.pool)]
+                draws = [index.random_code(rng) for _ in range(s.pool)]
             for code in draws:
                 if log.is_free(code, taken):
                     out[code] = None

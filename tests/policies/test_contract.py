@@ -14,6 +14,7 @@ from policies import (
     POLICIES,
     SearchSpace,
     Suggestion,
+    Trial,
     config_key,
     make_policy,
     restore_policy,
@@ -137,3 +138,44 @@ def test_policies_share_no_global_rng_state() -> None:
         loop.run(15)
         runs.append(loop.keys())
     assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize("name", ALL_POLICIES)
+def test_broken_times_count_as_failures_never_as_a_crash(name: str) -> None:
+    """A successful outcome with a time of 0, below 0, NaN or infinity (a broken
+    measurement) is a failed trial for every policy: the search goes on around it."""
+    space = SearchSpace(knobs={"a": (1, 2, 4, 8, 16), "b": (1, 2, 4, 8), "c": (0, 1)})
+    broken = (0.0, -1.0, float("nan"), float("inf"))
+    policy = make_policy(name)
+    rng = np.random.default_rng(0)
+    trials: list[Trial] = []
+    while len(trials) < 30:
+        suggestion = policy.suggest(space, trials, rng)
+        assert suggestion is not None
+        i = len(trials)
+        t = broken[i // 3 % 4] if i % 3 == 0 else 1.0 + 0.01 * int(suggestion.knobs["a"])
+        trial = Trial(candidate_id=f"c{i}", knobs=suggestion.knobs, outcome="ok", time_s=t)
+        assert trial.ok == (i % 3 != 0)
+        policy.observe(suggestion, trial)
+        json.dumps(policy.to_dict())
+        trials.append(trial)
+    keys = [config_key(t.knobs) for t in trials]
+    assert len(set(keys)) == len(keys)
+
+
+@pytest.mark.parametrize("name", ALL_POLICIES)
+def test_a_space_beyond_int64_is_searched(name: str) -> None:
+    """20 knobs of 10 values: 10**20 configurations, more than numpy draws in one go."""
+    space = SearchSpace(knobs={f"k{i}": tuple(range(10)) for i in range(20)})
+    policy = make_policy(name)
+    rng = np.random.default_rng(1)
+    trials: list[Trial] = []
+    while len(trials) < 15:
+        suggestion = policy.suggest(space, trials, rng)
+        assert suggestion is not None and space.contains(suggestion.knobs)
+        t = 1.0 + 0.01 * sum(int(str(v)) for v in suggestion.knobs.values())
+        i = len(trials)
+        trial = Trial(candidate_id=f"c{i}", knobs=suggestion.knobs, outcome="ok", time_s=t)
+        policy.observe(suggestion, trial)
+        trials.append(trial)
+    assert len({config_key(t.knobs) for t in trials}) == 15
