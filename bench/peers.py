@@ -49,7 +49,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.search_replay import BUDGETS, DEFAULT_SPACES, RecordedSpace, replay
+from bench.search_replay import BUDGETS, DEFAULT_SPACES, RecordedSpace, _space, load_spaces, replay
 from policies import POLICIES, KnobValue
 
 __all__ = ["PEERS", "Scorer", "main", "run_method"]
@@ -257,14 +257,9 @@ def run_method(space: RecordedSpace, method: str, seed: int, budgets: Sequence[i
     return scorer.at(budgets)
 
 
-_SPACES: dict[str, RecordedSpace] = {}
-
-
 def _job(args: tuple[str, str, int, tuple[int, ...]]) -> tuple[str, str, int, list[float]]:
     path, method, seed, budgets = args
-    if path not in _SPACES:
-        _SPACES[path] = RecordedSpace(Path(path))
-    space = _SPACES[path]
+    space = _space(path)
     return space.name, method, seed, run_method(space, method, seed, budgets)
 
 
@@ -342,6 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown methods {unknown}; valid: {sorted(POLICIES)}, {sorted(PEERS)}")
     budgets = tuple(int(b) for b in args.budgets.split(","))
+    load_spaces(parser, paths)
     jobs = [(str(p), m, k, budgets) for p in paths for m in methods for k in range(args.seeds)]
     started = time.perf_counter()
     if args.jobs > 1:

@@ -27,8 +27,6 @@ One row per space and policy, then a mean row per policy.
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import os
 import sys
 import time
@@ -47,6 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.harness.spaces import read_space  # noqa: E402
 from policies import (  # noqa: E402
     DEFAULT_POLICY,
     POLICIES,
@@ -57,6 +56,7 @@ from policies import (  # noqa: E402
     Trial,
     make_policy,
 )
+from tuned.registry.replay import CacheFormatError  # noqa: E402
 
 BUDGETS = (25, 50, 100, 200)
 DEFAULT_SPACES = ROOT.parent / "shared" / "benchdata"
@@ -85,29 +85,27 @@ class Record:
 
 
 class RecordedSpace:
-    """A Kernel Tuner cache file as a restricted :class:`SearchSpace` plus a lookup table."""
+    """A Kernel Tuner cache file as a restricted :class:`SearchSpace` plus a lookup table.
+
+    Read and checked by :mod:`tuned.registry.replay` (the one reader): a file that is not a
+    cache raises :class:`~tuned.registry.replay.CacheFormatError` naming the field.
+    """
 
     def __init__(self, path: Path) -> None:
-        with gzip.open(path, "rt") as fh:
-            data = json.load(fh)
+        cache = read_space(path)
         self.name = path.name.removesuffix(".json.gz")
-        self.keys: tuple[str, ...] = tuple(data["tune_params_keys"])
-        knobs = {k: tuple(data["tune_params"][k]) for k in self.keys}
+        self.keys: tuple[str, ...] = cache.keys
+        knobs = {k: cache.values[k] for k in self.keys}
         self.records: dict[tuple[KnobValue, ...], Record] = {}
-        for entry in data["cache"].values():
-            key = tuple(entry[k] for k in self.keys)
-            raw = entry["time"]
-            if isinstance(raw, str):
-                outcome = _FAILURES.get(raw, "runtime_error")
-                self.records[key] = Record(outcome, None, ())
+        for key, recorded in cache.records.items():
+            if recorded.status == "ok" and recorded.time_ms is not None:
+                runs = tuple(t / 1000.0 for t in recorded.times_ms)
+                self.records[key] = Record("ok", recorded.time_ms / 1000.0, runs)
             else:
-                runs = tuple(float(t) / 1000.0 for t in entry.get("times") or [raw])
-                self.records[key] = Record("ok", float(raw) / 1000.0, runs)
+                outcome = _FAILURES.get(recorded.status, "runtime_error")
+                self.records[key] = Record(outcome, None, ())
         self.space = SearchSpace(knobs=knobs, is_valid=self.is_valid)
-        ok = [r.time_s for r in self.records.values() if r.time_s is not None]
-        if not ok:
-            raise ValueError(f"{path}: no configuration ran correctly; cannot score a search")
-        self.t_opt = min(ok)
+        self.t_opt = min(r.time_s for r in self.records.values() if r.time_s is not None)
         self.ok_keys = [k for k, r in self.records.items() if r.time_s is not None]
 
     def key(self, config: Config) -> tuple[KnobValue, ...]:
@@ -124,6 +122,16 @@ def _space(path: str) -> RecordedSpace:
     if path not in _SPACES:
         _SPACES[path] = RecordedSpace(Path(path))
     return _SPACES[path]
+
+
+def load_spaces(parser: argparse.ArgumentParser, paths: Sequence[Path]) -> None:
+    """Read every space before any job runs (forked workers inherit them); a file that is
+    not a Kernel Tuner cache ends the command with its name and the field (exit 2)."""
+    for path in paths:
+        try:
+            _space(str(path))
+        except (CacheFormatError, OSError) as exc:
+            parser.error(f"{path}: {exc}")
 
 
 def replay(
@@ -228,6 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown policies {unknown}; valid: {', '.join(sorted(POLICIES))}")
     budgets = tuple(int(b) for b in args.budgets.split(","))
+    load_spaces(parser, paths)
     jobs = [
         (str(p), n, s, budgets, args.noise) for p in paths for n in names for s in range(args.seeds)
     ]

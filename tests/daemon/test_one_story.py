@@ -55,6 +55,7 @@ def test_status_report_and_metrics_agree(
     write_entry("wrong", source=wrong, yaml=SMALL.format(name="wrong"))
     d = start_daemon(registry)
     d.notify.wait("READY", "1", timeout=180)
+
     # Idle with both kernels done (the daemon is also idle for a moment after READY, before
     # its first step): nothing changes any more while the three are read.
     def settled() -> bool:

@@ -58,3 +58,36 @@ def test_command_line_prints_a_row_per_space_and_policy(replay_module, tmp_path,
     assert code == 0
     assert "| convolution_A4000 | random |" in out
     assert "| **mean** | greedy_ls |" in out
+
+
+@pytest.mark.parametrize(
+    ("cache", "field"),
+    [
+        (b"{not json", "not JSON"),
+        (b'{"cache": {}}', "tune_params_keys"),
+        (
+            b'{"tune_params_keys": ["a"], "tune_params": {"a": [1, 2]},'
+            b' "cache": {"1": {"a": 1, "time": NaN}, "2": {"a": 2, "time": 1.0}}}',
+            "cache entry '1': time and times must be numbers > 0",
+        ),
+        (
+            b'{"tune_params_keys": ["a"], "tune_params": {"a": [1, 2]},'
+            b' "cache": {"1": {"a": 3, "time": 1.0}}}',
+            "cache entry '1' has a value outside tune_params",
+        ),
+    ],
+    ids=["not_json", "no_keys", "nan_time", "value_outside"],
+)
+def test_a_broken_space_file_ends_both_commands_with_its_name_and_field(  # type: ignore[no-untyped-def]
+    replay_module, tmp_path, capsys, cache: bytes, field: str
+) -> None:
+    from bench import peers
+
+    bad = tmp_path / "broken.json.gz"
+    bad.write_bytes(cache)
+    for main in (replay_module.main, peers.main):
+        with pytest.raises(SystemExit) as exit_:
+            main(["--spaces", str(bad), "--seeds", "1", "--jobs", "1"])
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert f"{bad}: " in err and field in err, err
