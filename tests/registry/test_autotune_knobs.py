@@ -234,3 +234,33 @@ def test_configs_from_a_module_list_or_a_function_returning_one(tmp_path: Path) 
         x = torch.randn(100)
         copy = _import(tmp_path, variant, f"ktuned_autotune_{len(source)}")
         torch.testing.assert_close(copy.run(x), x * 3)
+
+
+def test_a_library_autotuner_named_like_autotune_is_one(tmp_path: Path) -> None:
+    """A library's own autotuner (a subclass of Triton's ``Autotuner`` behind its own
+    decorator, as flash-linear-attention's ``@fla_cache_autotune``) runs each config's
+    options itself: discovery tunes its configs and adds no ``num_warps`` to the launch,
+    which would be passed twice (``got multiple values for keyword argument``)."""
+    library = AUTOTUNED.replace(
+        "import triton.language as tl\n",
+        "import triton.language as tl\nfrom triton.runtime.autotuner import Autotuner\n\n\n"
+        "class CachedAutotuner(Autotuner):\n    pass\n\n\n"
+        "def lib_cache_autotune(configs, key, **kw):\n"
+        "    def wrap(fn):\n"
+        "        return CachedAutotuner(fn, fn.arg_names, configs, key, None, None, **kw)\n"
+        "    return wrap\n",
+    ).replace("@triton.autotune(", "@lib_cache_autotune(")
+    found = discover_source(library, "run")
+    assert found is not None
+    assert found.knobs["BLOCK"] == (64, 128, 256, 512, 1024)
+    assert found.baseline["num_warps"] == AUTO  # from the configs, not an added option
+    variant, _ = materialize(library, "run", {"BLOCK": 256, "num_warps": 2, "num_stages": 1})
+    assert "num_warps=2, num_stages=1)]," in variant
+    assert "_scale[lambda META: (triton.cdiv(n, META['BLOCK']),)](x, out, n)" in variant.replace(
+        '"', "'"
+    )
+    copy = _import(tmp_path, variant, "ktuned_library_autotune_pinned")
+    (config,) = copy._scale.configs
+    assert config.kwargs == {"BLOCK": 256} and config.num_warps == 2
+    x = torch.randn(1000)
+    torch.testing.assert_close(copy.run(x), x * 3)

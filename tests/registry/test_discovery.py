@@ -217,6 +217,31 @@ def test_values_no_rule_covers_are_left_alone(tmp_path: Path) -> None:
     assert set(spec.knobs) == {"BLOCK", "num_warps"}
 
 
+def test_short_block_names_are_blocks_and_lower_case_or_long_ones_are_not(tmp_path: Path) -> None:
+    """Many libraries name a block ``B`` and the dimension's letter (``BD``, ``BV``, ``BT``):
+    such a constexpr used as a size is a block knob; ``bd``, ``BIAS`` or ``B1`` are not."""
+    kernel = COPY_KERNEL.replace("BLOCK", "BD").replace(
+        "n, BD: tl.constexpr", "n, BD: tl.constexpr, BIAS: tl.constexpr, bt: tl.constexpr"
+    )
+    kernel = kernel.replace("offs < n)", "offs < n + BIAS * bt)")
+    spec = load_entry(
+        entry(
+            tmp_path,
+            """
+            def run(x):
+                out = torch.empty_like(x)
+                n = x.numel()
+                BD = min(1024, triton.next_power_of_2(n))
+                _copy[(triton.cdiv(n, BD),)](x, out, n, BD=BD, BIAS=0, bt=2, num_warps=4)
+                return out
+            """,
+            kernel=kernel,
+        )
+    )
+    assert set(spec.knobs) == {"BD", "num_warps"}, spec.knobs
+    assert "/2" in spec.knobs["BD"]  # tiled by the grid: it may shrink
+
+
 def test_unreadable_autotune_missing_launches_and_declared_empty_knobs(tmp_path: Path) -> None:
     autotuned = "\n@triton.autotune(configs=make_configs(), key=['n'])" + COPY_KERNEL
     launcher = """

@@ -112,6 +112,24 @@ def _decorator(fn: ast.FunctionDef, name: str) -> ast.Call | None:
     return None
 
 
+def _autotune(fn: ast.FunctionDef) -> ast.Call | None:
+    """``@triton.autotune(configs=...)``, or a library's own autotuner named like it and
+    called with configs (``@fla_cache_autotune(configs=[...], key=[...])``, a subclass of
+    Triton's ``Autotuner``): either runs the kernel with each config's options, so a launch
+    must not pass them again."""
+    found = _decorator(fn, "autotune")
+    if found is not None:
+        return found
+    for d in fn.decorator_list:
+        if (
+            isinstance(d, ast.Call)
+            and decorator_name(d).lower().endswith("autotune")
+            and (d.args or any(k.arg == "configs" for k in d.keywords))
+        ):
+            return d
+    return None
+
+
 def kernel_facts(
     functions: Mapping[str, ast.FunctionDef], foreign: Iterable[str] = ()
 ) -> dict[str, KernelFacts]:
@@ -137,7 +155,7 @@ def kernel_facts(
             ),
             sized=frozenset(_sized(fn, constexprs)),
             tiled=frozenset(_tiled(fn, constexprs)),
-            autotune=_decorator(fn, "autotune"),
+            autotune=_autotune(fn),
             heuristics=_decorator(fn, "heuristics"),
             foreign=name in foreign,
         )

@@ -41,6 +41,9 @@ GROUPS = (1, 2, 4, 8, 16)
 WARP_BOUNDS = (1, 32)
 STAGE_BOUNDS = (1, 8)
 _BLOCK_RE = re.compile(r"BLOCK|TILE", re.IGNORECASE)
+#: The short block names of many libraries (``BD``, ``BK``, ``BT``, ``BV``: B and the
+#: dimension's letter), upper case only.
+_SHORT_BLOCK_RE = re.compile(r"^B[A-Z]{1,2}$")
 _GROUP_RE = re.compile(r"GROUP", re.IGNORECASE)
 _SPLIT_RE = re.compile(r"SPLIT", re.IGNORECASE)
 
@@ -58,7 +61,7 @@ def knob_rule(names: set[str], baseline: object) -> str | None:
         return "split"
     if any(_GROUP_RE.search(n) for n in names):
         return "group"
-    if any(_BLOCK_RE.search(n) for n in names):
+    if any(_BLOCK_RE.search(n) or _SHORT_BLOCK_RE.match(n) for n in names):
         return "block"
     return None
 
