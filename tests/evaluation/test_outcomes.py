@@ -235,3 +235,16 @@ def test_derived_shapes_catch_a_kernel_right_only_at_declared_sizes(
         derived_skip=["N=65/float32", "N=129/float32"],
     )
     assert skipped.outcome is Outcome.OK
+
+
+def test_an_exception_names_the_line_that_raised(client: WorkerClient, spec: KernelSpec) -> None:
+    """A launcher's own ``assert`` (or any exception in it) names its file, line and
+    function, not only its type: the user sees where their code (or a library's) gave up."""
+    source = ADD_SOURCE.replace(
+        "out = torch.empty_like(x)", "assert x.numel() < 0, 'needs a negative size'"
+    )
+    line = next(i for i, text in enumerate(source.splitlines(), 1) if "needs a negative" in text)
+    result = client.evaluate(spec, _candidate(spec, source, {}))
+    assert result.outcome is Outcome.RUNTIME_ERROR, result.reason
+    assert "AssertionError: needs a negative size (at " in result.reason, result.reason
+    assert f":{line} in add)" in result.reason, result.reason

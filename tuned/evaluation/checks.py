@@ -7,6 +7,7 @@ outcome name and a reason that names the check.
 from __future__ import annotations
 
 import math
+import traceback
 from collections.abc import Sequence
 from typing import Any
 
@@ -110,12 +111,29 @@ def classify_exception(exc: BaseException, phase: str) -> CaseFailure:
     names = {cls.__name__ for cls in type(exc).__mro__}
     text = f"{type(exc).__name__}: {exc}".strip()
     first_line = text.splitlines()[0] if text else type(exc).__name__
+    text += _where(exc)
     if "AcceleratorError" in names or "CUDA error" in text or "illegal memory access" in text:
         return CaseFailure("crash", f"CUDA fault in {phase}: {first_line}", fatal=True)
     from_triton = type(exc).__module__.startswith("triton")
     if phase == "compile" and (names & _COMPILE_ERROR_NAMES or from_triton):
         return CaseFailure("compile_error", short(text))
     return CaseFailure("runtime_error", f"{phase}: {short(text)}")
+
+
+def _where(exc: BaseException) -> str:
+    """`` (at FILE:LINE in FUNC)``: the innermost frame of the code that raised, outside
+    Triton's and PyTorch's own (an ``assert`` in a library's launcher names its line);
+    empty without a traceback."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return ""
+    own = [f for f in frames if not any(lib in f.filename for lib in _LIBRARY_DIRS)]
+    frame = own[-1] if own else frames[-1]
+    return f" (at {frame.filename}:{frame.lineno} in {frame.name})"
+
+
+#: Path parts of the libraries whose frames :func:`_where` skips.
+_LIBRARY_DIRS = ("/triton/", "/torch/")
 
 
 def short(text: str, limit: int = 2000) -> str:
