@@ -248,3 +248,25 @@ def test_an_exception_names_the_line_that_raised(client: WorkerClient, spec: Ker
     assert result.outcome is Outcome.RUNTIME_ERROR, result.reason
     assert "AssertionError: needs a negative size (at " in result.reason, result.reason
     assert f":{line} in add)" in result.reason, result.reason
+
+
+def test_an_op_whose_kernels_live_in_another_module_names_that_module(
+    client: WorkerClient, spec: KernelSpec
+) -> None:
+    """An op that calls a launcher of another module (a library's kernel layer) launches no
+    kernel of its own: refused, with the module whose kernels did run, so the user knows
+    which launcher to register."""
+    op = ADD_SOURCE.replace(
+        "import triton.language as tl\n",
+        "import triton.language as tl\nfrom tests.fixtures.foreign_kernels import add_elsewhere\n",
+    ).replace(
+        "    out = torch.empty_like(x)\n    n = x.numel()\n"
+        "    _add[(triton.cdiv(n, BLOCK),)](x, y, out, n, BLOCK=BLOCK, num_warps=num_warps)\n"
+        "    return out\n",
+        "    return add_elsewhere(x, y)\n",
+    )
+    assert "return add_elsewhere(x, y)" in op
+    result = client.evaluate(spec, _candidate(spec, op, {}))
+    assert result.outcome is Outcome.CHEAT, result.reason
+    assert "it launched kernels of tests.fixtures.foreign_kernels" in result.reason, result.reason
+    assert "register the function there that launches them" in result.reason

@@ -18,6 +18,7 @@ from tests.conftest import ADD_SOURCE, WriteEntry
 from tuned.evaluation import EvaluationSettings
 from tuned.outcomes import Outcome, Provenance
 from tuned.registry import KernelSpec, load_entry, scan_registry
+from tuned.registry.discovery import discover_source
 from tuned.search import TuneSettings
 from tuned.store import SqliteStore
 from tuned.tuning import tune_registry
@@ -240,6 +241,55 @@ def test_short_block_names_are_blocks_and_lower_case_or_long_ones_are_not(tmp_pa
     )
     assert set(spec.knobs) == {"BD", "num_warps"}, spec.knobs
     assert "/2" in spec.knobs["BD"]  # tiled by the grid: it may shrink
+
+
+def test_an_op_calling_an_autograd_function_is_followed_into_its_forward() -> None:
+    """``def op(x): return Fn.apply(x)`` (how libraries expose an autograd Function as a
+    function): discovery follows the call into ``Fn.forward``."""
+    source = (
+        HEADER
+        + COPY_KERNEL
+        + textwrap.dedent(
+            """
+
+        class Copy(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                out = torch.empty_like(x)
+                BLOCK = 512
+                _copy[(triton.cdiv(x.numel(), BLOCK),)](x, out, x.numel(), BLOCK=BLOCK)
+                return out
+
+
+        def copy_op(x):
+            return Copy.apply(x)
+        """
+        )
+    )
+    found = discover_source(source, "copy_op")
+    assert found is not None
+    assert set(found.knobs) == {"BLOCK", "num_warps"} and found.baseline["BLOCK"] == 512
+    assert not found.notices
+
+
+def test_an_op_calling_a_launcher_of_another_module_is_told_which_to_register() -> None:
+    source = HEADER + textwrap.dedent(
+        """
+        from pkg.kernels.act import act_launcher
+        from .helpers import shape_of
+
+
+        def act(x):
+            out = torch.empty(shape_of(x), device=x.device)
+            act_launcher(out, x)
+            return out
+        """
+    )
+    found = discover_source(source, "act", "pkg.ops.act")
+    assert found is not None and found.knobs == {}
+    reason = " ".join(n.reason for n in found.notices)
+    assert "it calls act_launcher (from pkg.kernels.act), shape_of (from pkg.ops.helpers)" in reason
+    assert "`ktuned registry add pkg.kernels.act.act_launcher`" in reason
 
 
 def test_unreadable_autotune_missing_launches_and_declared_empty_knobs(tmp_path: Path) -> None:

@@ -170,6 +170,9 @@ class Guard:
         self.violations: list[str] = []
         self.launches = 0
         self.empty_launches = 0  # launches of the candidate's kernels that had no work
+        #: Modules of the kernels launched that are not the candidate's (another module
+        #: of a library: what a user should register instead).
+        self.foreign_launches: set[str] = set()
         #: Compile metadata of the candidate modules' kernels that ran, by (module, function).
         self.compiled: dict[tuple[str, str], dict[str, float]] = {}
         self._undo: list[tuple[Any, str, Any, Any]] = []
@@ -248,6 +251,8 @@ class Guard:
                 fn = getattr(kernel, "fn", None)
                 module = getattr(fn, "__module__", "")
                 ours = not kwargs.get("warmup") and module in self.candidate_modules
+                if not ours and module and not kwargs.get("warmup"):
+                    self.foreign_launches.add(str(module))
                 if ours and launch_has_work(kernel, args, kwargs):
                     self.launches += 1
                 elif ours:

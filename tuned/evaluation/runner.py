@@ -100,6 +100,12 @@ class Runner:
                 if guard.empty_launches
                 else " (launch hook saw none)"
             )
+            if guard.foreign_launches and not guard.empty_launches:
+                extra = (
+                    f" (it launched kernels of {', '.join(sorted(guard.foreign_launches))}: "
+                    "a launcher in another module is not tuned through this entry; register "
+                    "the function there that launches them)"
+                )
             raise CaseFailure("cheat", f"no Triton kernel of the candidate launched{extra}")
         tampered = self.timers.tampered()
         if tampered:

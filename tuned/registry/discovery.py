@@ -44,6 +44,7 @@ from tuned.registry.kernel_sources import (
     launched_name,
     launcher_functions,
     module_functions,
+    module_statements,
 )
 from tuned.registry.knob_values import (
     BLOCK_BOUNDS,
@@ -191,13 +192,21 @@ class _Finder:
             nxt: list[ast.FunctionDef] = []
             for fn in frontier:
                 for node in ast.walk(fn):
-                    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-                        callee = self.functions.get(node.func.id)
-                        if (
-                            callee is not None
-                            and callee.name not in self.kernels
-                            and all(callee is not s for s in seen)
-                        ):
+                    if not isinstance(node, ast.Call):
+                        continue
+                    callees: list[ast.FunctionDef] = []
+                    if isinstance(node.func, ast.Name):
+                        found = self.functions.get(node.func.id)
+                        callees = [] if found is None else [found]
+                    elif (  # `Fn.apply(...)` of an autograd Function of the module
+                        isinstance(node.func, ast.Attribute)
+                        and node.func.attr == "apply"
+                        and isinstance(node.func.value, ast.Name)
+                        and self.tree is not None
+                    ):
+                        callees = launcher_functions(self.tree, f"{node.func.value.id}.apply")
+                    for callee in callees:
+                        if callee.name not in self.kernels and all(callee is not s for s in seen):
                             seen.append(callee)
                             nxt.append(callee)
             frontier = nxt
@@ -217,14 +226,49 @@ class _Finder:
                     self.site(fn, local, node, self.kernels[name])
         if not sites:
             names = ", ".join(f.name for f in self.launchers)
+            elsewhere = self.imported_callees()
+            todo = "declare knobs in kernel.yaml"
+            if elsewhere:
+                shown = ", ".join(f"{name} (from {origin})" for name, origin in elsewhere)
+                name, origin = elsewhere[0]
+                todo = (
+                    f"it calls {shown}: kernels launched in another module are not tuned "
+                    "through this entry, and a candidate that launches none of its own is "
+                    f"refused; register that launcher instead: `ktuned registry add "
+                    f"{origin}.{name}`"
+                )
             self.note(
                 self.launchers[0],
                 f"no launch `kernel[grid](...)` of a top-level @triton.jit function in {names} "
-                f"or the functions of {self.module} it calls, so no knob was discovered; "
-                "declare knobs in kernel.yaml",
+                f"or the functions of {self.module} it calls, so no knob was discovered; {todo}",
             )
         self.finish()
         return self.result
+
+    def imported_callees(self) -> list[tuple[str, str]]:
+        """(name, module) of the functions the scanned code calls that the module imports
+        with ``from MODULE import name`` (relative imports resolved against this module)."""
+        if self.tree is None:
+            return []
+        origin: dict[str, str] = {}
+        for stmt in module_statements(self.tree):
+            if isinstance(stmt, ast.ImportFrom):
+                base = stmt.module or ""
+                if stmt.level:
+                    package = self.module.split(".")[: -stmt.level]
+                    base = ".".join([*package, base] if base else package)
+                for alias in stmt.names:
+                    origin[alias.asname or alias.name] = f"{base}.{alias.name}"
+        out: list[tuple[str, str]] = []
+        for fn in self.scanned():
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                    full = origin.get(node.func.id)
+                    if full is not None and node.func.id not in self.kernels:
+                        name, module = full.rsplit(".", 1)[1], full.rsplit(".", 1)[0]
+                        if (name, module) not in out:
+                            out.append((name, module))
+        return out
 
     # -- one launch
 
