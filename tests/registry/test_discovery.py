@@ -272,6 +272,40 @@ def test_an_op_calling_an_autograd_function_is_followed_into_its_forward() -> No
     assert not found.notices
 
 
+def test_backward_kernels_are_knobs_only_when_the_entry_runs_backward(tmp_path: Path) -> None:
+    """An autograd Function's ``backward`` launches run only with ``backward: true``;
+    without it, their knobs would only time the baseline again."""
+    kernel = COPY_KERNEL + COPY_KERNEL.replace("_copy", "_copy_back")
+    launcher = """
+        class Copy(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                out = torch.empty_like(x)
+                _copy[(triton.cdiv(x.numel(), 512),)](x, out, x.numel(), BLOCK=512)
+                return out
+
+            @staticmethod
+            def backward(ctx, g):
+                dx = torch.empty_like(g)
+                _copy_back[(triton.cdiv(g.numel(), 256),)](g, dx, g.numel(), BLOCK=256)
+                return dx
+
+
+        def run(x):
+            return Copy.apply(x)
+        """
+    directory = entry(tmp_path, launcher, kernel=kernel)
+    forward = load_entry(directory)
+    assert not forward.backward  # () : no backward pass
+    assert all(not k.startswith("_copy_back") for k in forward.knobs), forward.knobs
+    assert forward.knobs and len(forward.knobs) == 2, forward.knobs  # BLOCK, num_warps
+    doc = yaml.safe_load((directory / "kernel.yaml").read_text())
+    (directory / "kernel.yaml").write_text(yaml.safe_dump({**doc, "backward": True}))
+    both = load_entry(directory)
+    assert both.backward and len(both.knobs) == 4, both.knobs
+    assert set(forward.knobs) < set(both.knobs)
+
+
 def test_an_op_calling_a_launcher_of_another_module_is_told_which_to_register() -> None:
     source = HEADER + textwrap.dedent(
         """

@@ -169,8 +169,10 @@ class _Finder:
         module: str,
         imported: Mapping[str, ast.FunctionDef] | None = None,
         tree: ast.Module | None = None,
+        backward: bool = True,
     ) -> None:
         self.tree = tree  # the module, for autotune configs bound at its top level
+        self.backward = backward  # follow `Fn.apply(...)` into Fn.backward too
         self.functions = functions
         imported = {k: v for k, v in (imported or {}).items() if k not in functions}
         self.kernels = kernel_facts({**imported, **functions}, foreign=imported)
@@ -204,7 +206,9 @@ class _Finder:
                         and isinstance(node.func.value, ast.Name)
                         and self.tree is not None
                     ):
-                        callees = launcher_functions(self.tree, f"{node.func.value.id}.apply")
+                        callees = launcher_functions(
+                            self.tree, f"{node.func.value.id}.apply", backward=self.backward
+                        )
                     for callee in callees:
                         if callee.name not in self.kernels and all(callee is not s for s in seen):
                             seen.append(callee)
@@ -578,11 +582,13 @@ def discover_knobs(
     *,
     source: str | None = None,
     sources: Mapping[str, str] | None = None,
+    backward: bool = True,
 ) -> Discovery:
     """The knobs of ``launcher`` (a top-level function of the module outlined by ``outline``)
     and of the module's functions it calls, and notices of what was left out. With the
     module's ``source``, kernels it imports are found too (:func:`imported_kernels`, looking
-    in ``sources``, the entry's other files, first)."""
+    in ``sources``, the entry's other files, first). Without ``backward``, an autograd
+    Function it applies is followed into its ``forward`` only."""
     functions: Mapping[str, ast.FunctionDef] = outline.functions
     imported: dict[str, ast.FunctionDef] = {}
     tree = None
@@ -593,7 +599,7 @@ def discover_knobs(
             tree = ast.Module(body=[], type_ignores=[])
         functions = {**module_functions(tree), **outline.functions}  # `if has_triton():` too
         imported = imported_kernels(tree, sources)
-    return _Finder(functions, [launcher], module, imported, tree).run()
+    return _Finder(functions, [launcher], module, imported, tree, backward).run()
 
 
 def discover_source(
@@ -602,16 +608,37 @@ def discover_source(
     module: str = "module",
     *,
     sources: Mapping[str, str] | None = None,
+    backward: bool = True,
 ) -> Discovery | None:
     """Discovery on ``source`` for the launcher named ``launcher`` (see
     :func:`launcher_functions`); None when the source does not parse or lacks the launcher.
-    ``sources``: the entry's other files (relative path -> text), for imported kernels."""
+    ``sources``: the entry's other files (relative path -> text), for imported kernels.
+    Without ``backward``, autograd Functions are followed into their ``forward`` only."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    launchers = launcher_functions(tree, launcher)
+    launchers = launcher_functions(tree, launcher, backward=backward)
     if not launchers:
         return None
     functions = module_functions(tree)
-    return _Finder(functions, launchers, module, imported_kernels(tree, sources), tree).run()
+    imported = imported_kernels(tree, sources)
+    return _Finder(functions, launchers, module, imported, tree, backward).run()
+
+
+def forward_only(found: Discovery, forward: Discovery | None) -> Discovery:
+    """``found`` without the knobs that reach only kernels ``forward`` (the same discovery
+    with ``backward=False``) never launches: an entry that does not run the backward pass
+    does not tune its kernels (every such candidate would time the baseline again). The
+    names and sites stay ``found``'s, which the generated copies are written from."""
+    if forward is None:
+        return found
+    launched = frozenset().union(*forward.reach.values()) if forward.reach else frozenset()
+    keep = {k for k in found.knobs if k not in found.reach or found.reach[k] & launched}
+    return Discovery(
+        knobs={k: v for k, v in found.knobs.items() if k in keep},
+        notices=list(found.notices),
+        baseline={k: v for k, v in found.baseline.items() if k in keep},
+        sites={k: v for k, v in found.sites.items() if k in keep},
+        reach={k: v for k, v in found.reach.items() if k in keep},
+    )

@@ -55,10 +55,12 @@ def module_functions(tree: ast.Module) -> dict[str, ast.FunctionDef]:
     return {s.name: s for s in module_statements(tree) if isinstance(s, ast.FunctionDef)}
 
 
-def launcher_functions(tree: ast.Module, qualname: str) -> list[ast.FunctionDef]:
+def launcher_functions(
+    tree: ast.Module, qualname: str, *, backward: bool = True
+) -> list[ast.FunctionDef]:
     """The functions a launcher's dotted name runs: ``f``; ``Cls.method``; ``Cls.apply`` of an
-    autograd Function (its ``forward`` and ``backward``); ``Cls`` (an ``nn.Module``: its
-    ``forward``). Empty when the module does not define it."""
+    autograd Function (its ``forward`` and, with ``backward``, its ``backward``); ``Cls`` (an
+    ``nn.Module``: its ``forward``). Empty when the module does not define it."""
     head, _, tail = qualname.partition(".")
     for stmt in reversed(module_statements(tree)):  # the last definition wins
         if isinstance(stmt, ast.FunctionDef) and stmt.name == head and not tail:
@@ -66,7 +68,8 @@ def launcher_functions(tree: ast.Module, qualname: str) -> list[ast.FunctionDef]
         if isinstance(stmt, ast.ClassDef) and stmt.name == head:
             methods = {s.name: s for s in stmt.body if isinstance(s, ast.FunctionDef)}
             if tail == "apply" and "forward" in methods:
-                return [methods[n] for n in ("forward", "backward") if n in methods]
+                wanted = ("forward", "backward") if backward else ("forward",)
+                return [methods[n] for n in wanted if n in methods]
             if not tail:
                 return [methods["forward"]] if "forward" in methods else []
             return [methods[tail]] if tail in methods else []
