@@ -5,9 +5,11 @@ proposer, the static gate and the sandboxed worker (Triton's interpreter) take i
 exactly as a daemon with an LLM does. Each must end refused by the gate (``rejected_static``)
 or in the outcome its first line names for the campaign path
 (tests/evaluation/test_adversarial.py, tests/evaluation/test_sandbox_campaign.py); never
-``ok``. After each: the best is still the baseline, the key and the files beside the store are
-untouched, nothing was written outside, and the next correct rewrite gets its own, right,
-result. Skips, with bwrap's reason, where the sandbox cannot run."""
+``ok``. After each: the best is the baseline or one of the correct rewrites sent in between
+(as fast as the baseline, timing noise may crown one), never a hostile module; the key and
+the files beside the store are untouched, nothing was written outside, and each correct
+rewrite gets its own, right, result. Skips, with bwrap's reason, where the sandbox cannot
+run."""
 
 from __future__ import annotations
 
@@ -116,6 +118,7 @@ def test_every_hostile_module_as_an_llm_rewrite_is_refused_or_caught(
 
         baseline = campaign(None).step()
         assert baseline is not None and baseline.result.outcome is Outcome.OK
+        honest = {baseline.candidate_id}  # what may be the best: never a hostile module
         for i, path in enumerate(CORPUS):
             outcome, fragment = _expectation(path)
             with ChatServer([reply(fenced(path.read_text()), usage=(500, 500))]) as srv:
@@ -135,7 +138,7 @@ def test_every_hostile_module_as_an_llm_rewrite_is_refused_or_caught(
                     f"got {result.outcome.value}: {result.reason}"
                 )
             best = store.best("add")
-            if best is None or best.candidate_id != baseline.candidate_id:
+            if best is None or best.candidate_id not in honest:
                 problems.append(f"{path.name}: the best changed to {best}")
             if _read(key) != SECRET or _read(precious) != "precious":
                 problems.append(f"{path.name}: the key or a file beside the store changed")
@@ -159,6 +162,8 @@ def test_every_hostile_module_as_an_llm_rewrite_is_refused_or_caught(
                     after = campaign(srv).rewrite("tiling")
                 if after is None or after.result.outcome is not Outcome.OK:
                     problems.append(f"after {path.name}: a correct rewrite got {after}")
+                else:  # as fast as the baseline: timing noise may make it the best
+                    honest.add(after.candidate_id)
     assert problems == [], "\n".join(problems)
     # Both defenses took part: the gate refuses most, the runtime catches the rest.
     assert refused >= len(CORPUS) // 2 and caught >= 5, (refused, caught)
