@@ -258,7 +258,9 @@ class _Finder:
         for stmt in module_statements(self.tree):
             if isinstance(stmt, ast.ImportFrom):
                 base = stmt.module or ""
-                if stmt.level:
+                if stmt.level and self.module.endswith(".py"):  # an entry's file: as written
+                    base = "." * stmt.level + base
+                elif stmt.level:
                     package = self.module.split(".")[: -stmt.level]
                     base = ".".join([*package, base] if base else package)
                 for alias in stmt.names:
