@@ -104,7 +104,7 @@ class SurrogateProposer:
         sigma = np.sqrt(np.maximum(1.0 - np.einsum("ij,ij->j", v, v), 1e-12))
         best = float(target[:n_ok].min())
         z = (best - mu) / sigma
-        cdf = np.array([0.5 * math.erfc(-v / math.sqrt(2.0)) for v in z.tolist()])
+        cdf = np.array([0.5 * math.erfc(-q / math.sqrt(2.0)) for q in z.tolist()])
         improvement = sigma * (z * cdf + np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi))
         return candidates[int(np.argmax(improvement))]
 
