@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 from types import ModuleType
 
+import pytest
 import torch
 
 from tests.registry.knob_diff import binding_changes
@@ -264,3 +265,31 @@ def test_a_library_autotuner_named_like_autotune_is_one(tmp_path: Path) -> None:
     assert config.kwargs == {"BLOCK": 256} and config.num_warps == 2
     x = torch.randn(1000)
     torch.testing.assert_close(copy.run(x), x * 3)
+
+
+def test_an_autotuned_original_the_interpreter_cannot_run_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Triton's interpreter cannot benchmark an autotuner's several configs (no GPU
+    driver): the run says that, and what to do, instead of "fix the entry"."""
+    from tuned.cli import main
+
+    entry = tmp_path / "reg" / "scale"
+    entry.mkdir(parents=True)
+    (entry / "scale.py").write_text(
+        AUTOTUNED
+        + "\n\ndef make_inputs(shape, dtype, device, seed):\n"
+        + "    g = torch.Generator().manual_seed(seed)\n"
+        + "    return (torch.randn(shape['n'], generator=g).to(dtype).to(device),)\n"
+    )
+    (entry / "kernel.yaml").write_text(
+        "name: scale\nmodule: scale.py\nlauncher: run\ninputs: make_inputs\n"
+        "shapes:\n  - {n: 1000, perf: true}\ndtypes: [float32]\n"
+    )
+    args = ["tune", str(entry), "--budget", "1", "--state-dir", str(tmp_path / "state")]
+    main([*args, "--device", "interpreter", "--compile-workers", "0"])
+    out = capsys.readouterr().out
+    if "active drivers" not in out:
+        pytest.skip("this Triton's interpreter runs an autotuner's several configs")
+    assert "Triton's interpreter cannot run an autotuner with several configs" in out, out
+    assert "fix the entry" not in out

@@ -23,6 +23,20 @@ from tuned.search.base import CampaignSummary, as_policy_trial, nothing_evaluate
 from tuned.search.speculation import SpeculatingCampaign
 from tuned.store.base import TrialRow
 
+#: What Triton's interpreter says when an autotuner with several configs benchmarks them.
+_NO_DRIVER = "active drivers"
+
+
+def original_fails(outcome: Outcome, reason: str) -> str:
+    """The campaign's note when the original does not run: what to do about it."""
+    if _NO_DRIVER in reason:
+        return (
+            f"the original fails ({outcome.value}: {reason}); Triton's interpreter cannot "
+            "run an autotuner with several configs (benchmarking them needs a GPU driver): "
+            "tune this entry on a GPU, or pin one config; nothing was tuned"
+        )
+    return f"the original fails ({outcome.value}: {reason}); fix the entry, nothing was tuned"
+
 
 class Campaign(SpeculatingCampaign):
     """Drives the policy for one kernel, one evaluation per :meth:`step`."""
@@ -69,10 +83,7 @@ class Campaign(SpeculatingCampaign):
             self._hardware_feedback()
             return first
         if baseline.result.outcome is not Outcome.OK:
-            self.note = (
-                f"the original fails ({baseline.result.outcome.value}: "
-                f"{baseline.result.reason}); fix the entry, nothing was tuned"
-            )
+            self.note = original_fails(baseline.result.outcome, baseline.result.reason)
             return None
         done = sum(1 for t in trials if t.provenance is not Provenance.ORIGINAL)
         if self.settings.budget is not None and done >= self.settings.budget:
@@ -159,10 +170,7 @@ class Campaign(SpeculatingCampaign):
         if baseline is None:
             return []
         if baseline.result.outcome is not Outcome.OK:
-            self.note = (
-                f"the original fails ({baseline.result.outcome.value}: "
-                f"{baseline.result.reason}); fix the entry, nothing was tuned"
-            )
+            self.note = original_fails(baseline.result.outcome, baseline.result.reason)
             return []
         done = sum(1 for t in trials if t.provenance is not Provenance.ORIGINAL)
         if self.settings.budget is not None:
