@@ -21,37 +21,22 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ADD_SOURCE, ADD_YAML
+from tests.evaluation.test_sandbox_campaign import SECRET, _expectation, _read
 from tests.llm.chat_server import ChatServer, fenced, reply
+from tests.llm.test_llm_proposals import World, campaign_for
 from tuned.evaluation import EvaluationSettings, WorkerClient
 from tuned.evaluation.sandbox import SandboxError, SandboxSettings, check_sandbox
-from tuned.llm.settings import LlmSettings
-from tuned.llm.setup import open_proposer
 from tuned.outcomes import Outcome, Provenance
 from tuned.registry import load_entry
-from tuned.search import Campaign, TuneSettings
+from tuned.search import Campaign
 from tuned.store import SqliteStore
 from tuned.store.ledger import BudgetCaps
 
 CORPUS = sorted((Path(__file__).resolve().parents[1] / "adversarial").glob("*.py"))
-SECRET = "sk-ktuned-test-0123456789"
 #: A correct rewrite (a comment changes the module, so it is a new candidate each time).
 GOOD = ADD_SOURCE.replace(
     "    out = torch.empty_like(x)\n", "    out = torch.empty_like(x)  # @@\n", 1
 )
-
-
-def _expectation(path: Path) -> tuple[Outcome, str]:
-    first = path.read_text().splitlines()[0]
-    assert first.startswith("# expect: "), f"{path.name} must start with '# expect: '"
-    outcome, _, fragment = first.removeprefix("# expect: ").partition(": ")
-    return Outcome(outcome), fragment.strip()
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text()
-    except OSError:
-        return None
 
 
 @pytest.mark.slow
@@ -94,27 +79,11 @@ def test_every_hostile_module_as_an_llm_rewrite_is_refused_or_caught(
     with WorkerClient(workdir=state / "workers" / "0", settings=settings) as client:
         fid = store.record_fingerprint(client.start())
 
+        world = World(spec, store, client, fid, store_path)
+
         def campaign(server: ChatServer | None) -> Campaign:
-            proposer = None
-            if server is not None:
-                llm = LlmSettings(
-                    base_url=server.base_url,
-                    model="scripted",
-                    request_timeout_s=2.0,
-                    retries=1,
-                    backoff_s=0.01,
-                    max_tokens=4000,
-                    budget=BudgetCaps(total_tokens=10_000_000),
-                )
-                proposer = open_proposer(llm, store_path=store_path, gpu={"gpu_model": "none"})
-            return Campaign(
-                spec=spec,
-                store=store,
-                client=client,
-                fingerprint=fid,
-                settings=TuneSettings(budget=None),
-                llm=proposer,
-            )
+            caps = BudgetCaps(total_tokens=10_000_000)  # 63 modules and the rewrites between
+            return campaign_for(world, server, request_timeout_s=2.0, max_tokens=4000, budget=caps)
 
         baseline = campaign(None).step()
         assert baseline is not None and baseline.result.outcome is Outcome.OK

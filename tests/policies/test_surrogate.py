@@ -11,6 +11,7 @@ from policies.hierarchical import MODEL_ARM
 from policies.history import TrialLog
 from policies.space_index import SpaceIndex
 from policies.surrogate import SurrogateProposer, SurrogateSettings
+from tests.policies.test_stalls import _trials
 
 
 def _space() -> SearchSpace:
@@ -21,17 +22,7 @@ def _space() -> SearchSpace:
 
 def _log(space: SearchSpace, times: dict[int, float | None]) -> TrialLog:
     log = TrialLog(SpaceIndex(space))
-    log.sync(
-        [
-            Trial(
-                candidate_id=f"c{i}",
-                knobs=space.config_at(code),
-                outcome="ok" if t is not None else "compile_error",
-                time_s=t,
-            )
-            for i, (code, t) in enumerate(times.items())
-        ]
-    )
+    log.sync(_trials(space, times))
     return log
 
 

@@ -33,7 +33,7 @@ which kernels each knob reaches).
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tuned.registry.autotune import AUTO, AutotuneSpace, autotune_space, autotune_values
@@ -218,7 +218,8 @@ class _Finder:
 
     def run(self) -> Discovery:
         sites = 0
-        for fn in self.scanned():
+        scanned = self.scanned()
+        for fn in scanned:
             local = local_bindings(fn)
             for node in ast.walk(fn):
                 if (
@@ -230,7 +231,7 @@ class _Finder:
                     self.site(fn, local, node, self.kernels[name])
         if not sites:
             names = ", ".join(f.name for f in self.launchers)
-            elsewhere = self.imported_callees()
+            elsewhere = self.imported_callees(scanned)
             todo = "declare knobs in kernel.yaml"
             if elsewhere:
                 shown = ", ".join(f"{name} (from {origin})" for name, origin in elsewhere)
@@ -249,9 +250,9 @@ class _Finder:
         self.finish()
         return self.result
 
-    def imported_callees(self) -> list[tuple[str, str]]:
-        """(name, module) of the functions the scanned code calls that the module imports
-        with ``from MODULE import name`` (relative imports resolved against this module)."""
+    def imported_callees(self, scanned: Sequence[ast.FunctionDef]) -> list[tuple[str, str]]:
+        """(name, module) of the functions ``scanned`` calls that the module imports with
+        ``from MODULE import name`` (relative imports resolved against this module)."""
         if self.tree is None:
             return []
         origin: dict[str, str] = {}
@@ -266,12 +267,12 @@ class _Finder:
                 for alias in stmt.names:
                     origin[alias.asname or alias.name] = f"{base}.{alias.name}"
         out: list[tuple[str, str]] = []
-        for fn in self.scanned():
+        for fn in scanned:
             for node in ast.walk(fn):
                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
                     full = origin.get(node.func.id)
                     if full is not None and node.func.id not in self.kernels:
-                        name, module = full.rsplit(".", 1)[1], full.rsplit(".", 1)[0]
+                        module, name = full.rsplit(".", 1)
                         if (name, module) not in out:
                             out.append((name, module))
         return out
@@ -589,8 +590,9 @@ def discover_knobs(
     """The knobs of ``launcher`` (a top-level function of the module outlined by ``outline``)
     and of the module's functions it calls, and notices of what was left out. With the
     module's ``source``, kernels it imports are found too (:func:`imported_kernels`, looking
-    in ``sources``, the entry's other files, first). Without ``backward``, an autograd
-    Function it applies is followed into its ``forward`` only."""
+    in ``sources``, the entry's other files, first). Without ``backward`` (the entry never
+    runs the backward pass), knobs that reach only backward kernels are left out
+    (:func:`_forward_only`)."""
     functions: Mapping[str, ast.FunctionDef] = outline.functions
     imported: dict[str, ast.FunctionDef] = {}
     tree = None
@@ -601,7 +603,10 @@ def discover_knobs(
             tree = ast.Module(body=[], type_ignores=[])
         functions = {**module_functions(tree), **outline.functions}  # `if has_triton():` too
         imported = imported_kernels(tree, sources)
-    return _Finder(functions, [launcher], module, imported, tree, backward).run()
+    found = _Finder(functions, [launcher], module, imported, tree).run()
+    if backward:
+        return found
+    return _forward_only(found, _Finder(functions, [launcher], module, imported, tree, False).run())
 
 
 def discover_source(
@@ -615,26 +620,29 @@ def discover_source(
     """Discovery on ``source`` for the launcher named ``launcher`` (see
     :func:`launcher_functions`); None when the source does not parse or lacks the launcher.
     ``sources``: the entry's other files (relative path -> text), for imported kernels.
-    Without ``backward``, autograd Functions are followed into their ``forward`` only."""
+    Without ``backward``, as :func:`discover_knobs`."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    launchers = launcher_functions(tree, launcher, backward=backward)
+    launchers = launcher_functions(tree, launcher)
     if not launchers:
         return None
     functions = module_functions(tree)
     imported = imported_kernels(tree, sources)
-    return _Finder(functions, launchers, module, imported, tree, backward).run()
-
-
-def forward_only(found: Discovery, forward: Discovery | None) -> Discovery:
-    """``found`` without the knobs that reach only kernels ``forward`` (the same discovery
-    with ``backward=False``) never launches: an entry that does not run the backward pass
-    does not tune its kernels (every such candidate would time the baseline again). The
-    names and sites stay ``found``'s, which the generated copies are written from."""
-    if forward is None:
+    found = _Finder(functions, launchers, module, imported, tree).run()
+    if backward:
         return found
+    forward = launcher_functions(tree, launcher, backward=False)
+    return _forward_only(found, _Finder(functions, forward, module, imported, tree, False).run())
+
+
+def _forward_only(found: Discovery, forward: Discovery) -> Discovery:
+    """``found`` without the knobs that reach only kernels ``forward`` (the same discovery,
+    following autograd Functions into ``forward`` only) never launches: an entry that does
+    not run the backward pass does not tune its kernels (every such candidate would time the
+    baseline again). The names and sites stay ``found``'s, which the generated copies
+    (:func:`tuned.registry.injection.materialize`, discovering in full) are written from."""
     launched = frozenset().union(*forward.reach.values()) if forward.reach else frozenset()
     keep = {k for k in found.knobs if k not in found.reach or found.reach[k] & launched}
     return Discovery(

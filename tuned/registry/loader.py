@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tuned.errors import BadInputError, RegistryError
-from tuned.registry.discovery import Discovery, discover_knobs, discover_source, forward_only
+from tuned.registry.discovery import Discovery, discover_knobs, discover_source
 from tuned.registry.installed import InstalledLauncher, find_installed, package_of
 from tuned.registry.knobs import check_knobs
 from tuned.registry.launchers import (
@@ -219,6 +219,7 @@ def _check_module(
             "it and remove the raise",
         )
     launcher, _ = launcher_definition(source, outline, functions["launcher"] or "")
+    backward = call is None or bool(call.backward)  # without it, no backward kernel runs
     notices: list[Problem] = []
     injected: dict[str, KnobValue] = {}  # discovered knobs written into a generated copy
     if launcher is None:
@@ -237,12 +238,9 @@ def _check_module(
         if knobs is not None:
             installed = None  # declared knobs: passed to the launcher, nothing injected
         if installed is not None:  # the copy tuned is the installed module's (installed.py)
-            found = discover_source(installed.source, installed.qualname, installed.module)
-            if found is not None and call is not None and not call.backward:
-                forward = discover_source(
-                    installed.source, installed.qualname, installed.module, backward=False
-                )
-                found = forward_only(found, forward)
+            found = discover_source(
+                installed.source, installed.qualname, installed.module, backward=backward
+            )
             space, base, notices = _injected_only(found, installed.path, functions["launcher"])
             if found is not None and theirs is not None and "." not in installed.qualname:
                 # a plain function: its knob parameters are passed as keywords, as a local
@@ -270,19 +268,13 @@ def _check_module(
         _returns_nothing_problem(functions["launcher"] or "", where, out)
     if knobs is None and launcher.name != (functions["launcher"] or "").split(".")[-1]:
         # a method, Function.apply or forward: its own module's copy, by qualified name
-        found = discover_source(source, functions["launcher"] or "", module, sources=extra)
-        if found is not None and call is not None and not call.backward:
-            name = functions["launcher"] or ""
-            forward = discover_source(source, name, module, sources=extra, backward=False)
-            found = forward_only(found, forward)
+        name = functions["launcher"] or ""
+        found = discover_source(source, name, module, sources=extra, backward=backward)
         return *_injected_only(found, directory / module, functions["launcher"] or ""), None
     if knobs is None:
-        found = discover_knobs(outline, launcher, module, source=source, sources=extra)
-        if call is not None and not call.backward:
-            forward = discover_knobs(
-                outline, launcher, module, source=source, sources=extra, backward=False
-            )
-            found = forward_only(found, forward)
+        found = discover_knobs(
+            outline, launcher, module, source=source, sources=extra, backward=backward
+        )
         knobs, injected = found.knobs, found.baseline
         notices = [
             Problem(file=directory / module, field="knobs", reason=f"line {n.line}: {n.reason}")
