@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from tests.conftest import ADD_SOURCE, WriteEntry
@@ -193,3 +194,78 @@ def test_room_is_made_from_a_kernel_no_longer_served_not_from_the_current_one() 
     assert cache.stats.evictions == 2  # the old kernel's entries went, not kernel-a's
     _visit(cache, 2, made, computed)
     assert cache.stats.hits == 4 and len(made) == 4
+
+
+def test_a_worker_and_its_spares_each_keep_only_their_share_of_the_device(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Five caches on one 80 GiB GPU (a worker and four spares) that each took the free
+    memory less the margin left 366 MiB on an H100, and the next candidate ran out of memory:
+    each now admits at most its share of the device less the margin."""
+    gib = 1 << 30
+    free = {"now": 70 * gib}
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free["now"], 80 * gib))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 0)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 0)
+    alone, shared = CaseCache(share=1.0), CaseCache(share=0.2)
+    margin = 16 * gib  # 20 % of 80 GiB
+    assert alone._device_room("cuda:0") == 70 * gib - margin
+    assert shared._device_room("cuda:0") == int(0.2 * (80 * gib - margin))  # 12.8 GiB
+    shared.stats.resident_bytes = 12 * gib  # what it holds already counts against its share
+    assert shared._device_room("cuda:0") == int(0.2 * (80 * gib - margin)) - 12 * gib
+    shared.stats.resident_bytes = 0
+    free["now"] = 20 * gib  # others took the device: the free memory still bounds it
+    assert shared._device_room("cuda:0") == 4 * gib
+    shared.resize(0, share=0.5)
+    assert shared.share == 0.5
+
+
+def test_release_device_drops_what_is_resident_and_keeps_what_is_spilled() -> None:
+    per_case = 2 * 256 * 4 + 256 * 4
+    cache, made, computed = CaseCache(per_case, spill_bytes=1 << 20), [], []
+    _visit(cache, 2, made, computed)  # one case resident, one spilled
+    assert cache.held_bytes == per_case and cache.stats.spill_bytes == per_case
+    assert cache.release_device() == per_case
+    assert cache.held_bytes == 0 and cache.stats.spill_bytes == per_case
+    _visit(cache, 2, made, computed)
+    assert len(made) == 3  # only the released case was made again
+
+
+def test_out_of_gpu_memory_is_retried_once_after_the_cache_gives_its_memory_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On an H100 the example layer_norm's original ran out of memory while the worker's and
+    its spares' caches held the device; its kernel was then never tuned. The worker now frees
+    its resident cases and evaluates once more; a second failure stands."""
+    from tuned.evaluation import worker
+
+    oom = {"outcome": "runtime_error", "reason": "OutOfMemoryError: CUDA out of memory."}
+    answers = [dict(oom), {"outcome": "ok", "time_s": 1e-4, "metadata": {}}]
+    calls: list[int] = []
+
+    def once(*args: object) -> tuple[dict[str, object], bool]:
+        calls.append(len(calls))
+        return answers.pop(0), False
+
+    monkeypatch.setattr(worker, "_evaluate_once", once)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    cache, made, computed = CaseCache(1 << 20, spill_bytes=0), [], []
+    _visit(cache, 2, made, computed)
+    assert cache.held_bytes > 0
+    args = ({}, None, "cuda", None, None, cache)
+    result, fatal = worker.evaluate(*args)  # type: ignore[arg-type]
+    assert result["outcome"] == "ok" and not fatal and len(calls) == 2
+    assert "out of GPU memory on the first try" in result["metadata"]["retried"]  # type: ignore[index]
+    assert cache.held_bytes == 0
+    # Twice out of memory: the second result stands (one retry, never a loop).
+    calls.clear()
+    answers[:] = [dict(oom), dict(oom)]
+    result, _ = worker.evaluate(*args)  # type: ignore[arg-type]
+    assert result["outcome"] == "runtime_error" and len(calls) == 2
+    # Not on the interpreter, and not for another error.
+    calls.clear()
+    answers[:] = [dict(oom)]
+    worker.evaluate({}, None, "cpu", None, None, cache)  # type: ignore[arg-type]
+    answers[:] = [{"outcome": "runtime_error", "reason": "IndexError"}]
+    worker.evaluate(*args)  # type: ignore[arg-type]
+    assert len(calls) == 2

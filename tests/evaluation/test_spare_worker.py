@@ -58,9 +58,11 @@ def test_a_fresh_worker_is_the_waiting_spare_and_a_new_spare_follows(
         warm = client.evaluate(spec, good)  # measured by the spare
         assert warm.outcome is Outcome.OK
         assert client.spare_takeovers == 1 and spare in client.pids()
-        # The spare prepared for the kernel (the original through correctness) before it
-        # took over: the same candidate found its cases made, where the cold worker made them.
+        # The spare prepared for the kernel (the original through correctness, and the timed
+        # input sets) before it took over: the same candidate found every case made, the
+        # timed ones included, where the cold worker made them.
         cold_cache, warm_cache = cold.metadata["case_cache"], warm.metadata["case_cache"]
+        assert cold_cache["misses_here"] > 0 and warm_cache["misses_here"] == 0
         assert warm_cache["misses"] == cold_cache["misses"] > 0
         assert warm_cache["hits"] >= cold_cache["hits"] + cold_cache["misses"]
         now = client.pids()

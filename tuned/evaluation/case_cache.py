@@ -11,8 +11,12 @@ Where they are kept (two tiers):
 - **Resident** (on the device the case was made on): as much as fits in the free device
   memory minus a margin for the candidate's own work (``margin_fraction`` of the device's
   memory, at least ``margin_bytes``), read from ``torch.cuda.mem_get_info`` (plus what
-  PyTorch's allocator holds unused) at each admission, and never above ``capacity_bytes``
-  when one is given. On a CPU the resident tier is host memory bounded by ``capacity_bytes``.
+  PyTorch's allocator holds unused) at each admission, never above ``share`` of the device's
+  memory less that margin (a worker and its spares each keep a cache on one GPU: each gets its
+  share, so together they leave the margin free; on an H100 five caches that each took all
+  the free memory left 366 MiB and the next candidate ran out of memory), and never above
+  ``capacity_bytes`` when one is given. On a CPU the resident tier is host memory bounded by
+  ``capacity_bytes``.
 - **Spilled** (host memory, pinned when the case lives on a GPU, so copying it back runs at
   the bus's full rate): what does not fit resident, up to ``spill_bytes`` (16 GiB, or a
   sixteenth of the host's memory if less). A hit copies it to
@@ -179,7 +183,8 @@ class CaseCache:
     """Pristine inputs per ``(kernel, shape, dtype, seed)`` and reference outputs per case.
 
     ``capacity_bytes``: bound of the resident tier (``None``: from the device's free memory
-    on a GPU, :data:`DEFAULT_CAPACITY_BYTES` otherwise); ``spill_bytes``: of the host tier.
+    on a GPU, :data:`DEFAULT_CAPACITY_BYTES` otherwise); ``spill_bytes``: of the host tier;
+    ``share``: the fraction of the device (less the margin) this cache may hold resident.
     """
 
     def __init__(
@@ -189,8 +194,10 @@ class CaseCache:
         spill_bytes: int = DEFAULT_SPILL_BYTES,
         margin_fraction: float = 0.2,
         margin_bytes: int = 4 << 30,
+        share: float = 1.0,
     ) -> None:
         self.capacity_bytes = capacity_bytes
+        self.share = share
         self.spill_bytes = spill_bytes
         self.margin_fraction = margin_fraction
         self.margin_bytes = margin_bytes
@@ -203,9 +210,17 @@ class CaseCache:
         """Bytes of the tensors kept resident."""
         return self.stats.resident_bytes
 
-    def resize(self, capacity_bytes: int | None, spill_bytes: int | None = None) -> None:
-        """Change the bounds (``None`` or ``0``: automatic); evicts at once when over."""
+    def resize(
+        self,
+        capacity_bytes: int | None,
+        spill_bytes: int | None = None,
+        share: float | None = None,
+    ) -> None:
+        """Change the bounds (``None`` or ``0``: automatic); evicts at once when over (the
+        device share is applied at the next admission)."""
         self.capacity_bytes = capacity_bytes if capacity_bytes else None
+        if share is not None:
+            self.share = min(1.0, max(0.0, share))
         if spill_bytes is not None:
             self.spill_bytes = max(0, spill_bytes)
         for spilled in (False, True):
@@ -215,6 +230,14 @@ class CaseCache:
     def clear(self) -> None:
         self._entries.clear()
         self.stats.resident_bytes = self.stats.spill_bytes = 0
+
+    def release_device(self) -> int:
+        """Drop every resident entry (spilled ones stay); the bytes freed. After a candidate
+        ran out of device memory: the retry gets the room the cache held."""
+        freed = self.stats.resident_bytes
+        for key in [k for k, e in self._entries.items() if not e.spilled]:
+            self._drop(key)
+        return freed
 
     def inputs(self, key: Hashable, make: Callable[[], Sequence[Any]]) -> list[Any]:
         """Fresh copies of the pristine inputs under ``key``, made with ``make()`` on a miss.
@@ -319,7 +342,8 @@ class CaseCache:
         free, total = torch.cuda.mem_get_info(device)
         unused = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
         margin = max(self.margin_bytes, int(self.margin_fraction * total))
-        return int(free + unused - margin)
+        mine = int(self.share * (total - margin)) - self.stats.resident_bytes
+        return min(int(free + unused - margin), mine)
 
     def _over(self, spilled: bool) -> bool:
         if spilled:

@@ -459,6 +459,8 @@ class WorkerClient:
             "seeds": list(self.settings.seeds),
             "interpreter_max_size": self.settings.interpreter_max_size,
             "case_cache_bytes": self.settings.case_cache_bytes,
+            # This worker and its spares each keep a cache on the one device: a share each.
+            "case_cache_share": 1.0 / (1 + self.spares),
             "timing": dataclasses.asdict(self.settings.timing),
         }
 

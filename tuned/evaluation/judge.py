@@ -121,7 +121,11 @@ class Evaluation:
         self._runners: list[tuple[RunnerProcess, bool]] = []
         self._reference: Any = None
         self.cache = cache if cache is not None else CaseCache()
-        self.cache.resize(int(self.options.get("case_cache_bytes", DEFAULT_CAPACITY_BYTES)))
+        self.cache.resize(
+            int(self.options.get("case_cache_bytes", DEFAULT_CAPACITY_BYTES)),
+            share=float(self.options.get("case_cache_share", 1.0)),
+        )
+        self._misses_before = self.cache.stats.misses
         self.kernel_key = hashlib.sha256(
             json.dumps(
                 [
@@ -421,13 +425,16 @@ class Evaluation:
                     raise failure from exc
                 unusable.append(case.label)  # the original fails here: not a usable check
         del first_inputs, first_out
-        if self.correctness_only:
+        from tuned.evaluation.timing_judge import JudgedTiming
+
+        if self.correctness_only:  # a spare: the timed inputs made ahead, nothing timed
+            ahead = JudgedTiming(self, TimingSettings(**self.options.get("timing", {})))
+            for case in self.timed_cases(cases):
+                ahead.prepare(case, inputs_of)
             self.enter("done")
             return {"outcome": "ok", "phase_seconds": self.phase_seconds}
 
         self.enter("benchmark")
-        from tuned.evaluation.timing_judge import JudgedTiming
-
         incumbent = None
         if self.options.get("incumbent"):
             inc = self.options["incumbent"]
@@ -469,7 +476,10 @@ class Evaluation:
                 "incumbent_samples": incumbent_samples,
                 "screened": screened,
                 "derived_unusable": sorted(set(unusable)),
-                "case_cache": self.cache.stats.to_dict(),
+                "case_cache": {  # the worker's counters, and the cases this one made
+                    **self.cache.stats.to_dict(),
+                    "misses_here": self.cache.stats.misses - self._misses_before,
+                },
                 "compile": summarize_compile_facts(self._compiled),
                 "timed_by": "judge",
             },

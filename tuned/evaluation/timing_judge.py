@@ -66,16 +66,10 @@ class JudgedTiming:
     ) -> tuple[list[float], list[float], bool]:
         """Seconds per call of the candidate (and of the incumbent, interleaved), and whether
         screening ended the timing early."""
-        from tuned.evaluation.judge import Case
 
         ev = self.evaluation
-        rounds = self.settings.graph_rounds if self.gpu else self.settings.interpreter_reps
-        rounds = max(2, rounds)
-        first = inputs_of(Case(case.dims, case.dtype, ev.timing_seeds(case, 1)[0], case.perf))
-        size = sum(int(x.numel()) * x.element_size() for x in first if hasattr(x, "numel"))
-        count = max(2, min(rounds, _SETS_BYTES // max(size, 1)))
-        cases = [Case(case.dims, case.dtype, s, case.perf) for s in ev.timing_seeds(case, count)]
-        sets = [inputs_of(c) for c in cases]
+        rounds = self.rounds
+        cases, sets = self.timing_sets(case, inputs_of)
         atol, rtol = (float(v) for v in ev.kernel["tolerance"][case.dtype])
         targets = [candidate] + ([incumbent] if incumbent is not None else [])
         shapes = ev.reference_outputs(cases[0], sets[0])  # the others' only when compared
@@ -118,6 +112,32 @@ class JudgedTiming:
             if screen_after and r + 1 == screen_after and _slower(samples, self.settings):
                 return samples[0], samples[1], True
         return samples[0], samples[1] if incumbent is not None else [], False
+
+    @property
+    def rounds(self) -> int:
+        return max(2, self.settings.graph_rounds if self.gpu else self.settings.interpreter_reps)
+
+    def timing_sets(
+        self, case: Case, inputs_of: Callable[[Case], list[Any]]
+    ) -> tuple[list[Case], list[list[Any]]]:
+        """The timed cases of ``case`` (one per timing seed) and their inputs: one set per
+        round, fewer (at least two, cycled) when a round's sets would pass ``_SETS_BYTES``."""
+        from tuned.evaluation.judge import Case
+
+        ev = self.evaluation
+        first = inputs_of(Case(case.dims, case.dtype, ev.timing_seeds(case, 1)[0], case.perf))
+        size = sum(int(x.numel()) * x.element_size() for x in first if hasattr(x, "numel"))
+        count = max(2, min(self.rounds, _SETS_BYTES // max(size, 1)))
+        cases = [Case(case.dims, case.dtype, s, case.perf) for s in ev.timing_seeds(case, count)]
+        return cases, [inputs_of(c) for c in cases]
+
+    def prepare(self, case: Case, inputs_of: Callable[[Case], list[Any]]) -> None:
+        """Make (and so cache) every timed input set of ``case`` and its reference outputs:
+        what a spare does ahead so that its first re-measurement times at once (on the H100,
+        making them took 9 to 14 s of a re-measurement at 16384x8192)."""
+        cases, sets = self.timing_sets(case, inputs_of)
+        for timed, inputs in zip(cases, sets):
+            self.evaluation.reference_outputs(timed, inputs)
 
     def _calibrate(self, target: Target, case: Case, inputs: Sequence[Any]) -> tuple[int, float]:
         """(repetitions per timed call, seconds every call costs besides them).

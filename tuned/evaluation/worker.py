@@ -193,7 +193,40 @@ def evaluate(
     cache: CaseCache,
 ) -> tuple[dict[str, Any], bool]:
     """One request's result and whether it is fatal for the worker. The runners it used end,
-    but the own runner after a request that went well on the user's own source."""
+    but the own runner after a request that went well on the user's own source.
+
+    A candidate that ran out of GPU memory while this worker's case cache held some is
+    evaluated once more after the cache gave its device memory back: the memory was the
+    cache's (or a spare's, or another process's on the device), not necessarily the
+    candidate's fault, and an original failed so leaves its kernel untuned. The retry is
+    said in the result's ``metadata.retried``."""
+    result, fatal = _evaluate_once(request, loader, device, send, pool, cache)
+    if fatal or device != "cuda" or not _out_of_memory(result):
+        return result, fatal
+    freed = cache.release_device()
+    import torch
+
+    torch.cuda.empty_cache()
+    print(f"out of GPU memory; retrying once, {freed >> 20} MiB of cases freed", file=sys.stderr)
+    again, fatal = _evaluate_once(request, loader, device, send, pool, cache)
+    note = f"out of GPU memory on the first try ({short(str(result.get('reason', '')), 200)})"
+    again["metadata"] = {**(again.get("metadata") or {}), "retried": note}
+    return again, fatal
+
+
+def _out_of_memory(result: Mapping[str, Any]) -> bool:
+    reason = str(result.get("reason", "")).lower()
+    return result.get("outcome") == "runtime_error" and "out of memory" in reason
+
+
+def _evaluate_once(
+    request: Mapping[str, Any],
+    loader: ModuleLoader,
+    device: str,
+    send: Any,
+    pool: RunnerPool,
+    cache: CaseCache,
+) -> tuple[dict[str, Any], bool]:
     evaluation = Evaluation(request, loader, device, send, pool, cache)
     fatal = False
     try:
