@@ -110,6 +110,10 @@ _PHASES = ("load", "compile", "correctness", "benchmark")
 #: Each costs a CUDA context and the kernel's inputs on the GPU (about 0.6 GB for the matmul).
 GPU_SPARES = 4
 
+#: The part of a GPU (less the cache's margin) that the case caches of a worker and its spares
+#: may hold together (tuned.evaluation.case_cache).
+CASE_CACHE_DEVICE_SHARE = 0.5
+
 #: A prepare request larger than this is not sent: a spare reads it only once started, and a
 #: write larger than the pipe's buffer would block until then.
 _PREPARE_MAX_BYTES = 32 * 1024
@@ -459,8 +463,10 @@ class WorkerClient:
             "seeds": list(self.settings.seeds),
             "interpreter_max_size": self.settings.interpreter_max_size,
             "case_cache_bytes": self.settings.case_cache_bytes,
-            # This worker and its spares each keep a cache on the one device: a share each.
-            "case_cache_share": 1.0 / (1 + self.spares),
+            # This worker and its spares each keep a cache on the one device: together half of
+            # it less the margin, the rest for the runners, the candidates and the allocators
+            # (on an H100, five caches of a fifth each still left 300 MiB free).
+            "case_cache_share": CASE_CACHE_DEVICE_SHARE / (1 + self.spares),
             "timing": dataclasses.asdict(self.settings.timing),
         }
 

@@ -275,6 +275,10 @@ def serve(channel: Channel, runner: Runner) -> None:
             elif op == "reset":
                 runner.slots.clear()
                 runner.stable.clear()
+                if runner.device == "cuda":  # the GPU is shared: give back what is cached
+                    import torch
+
+                    torch.cuda.empty_cache()
                 answer = {"ok": True}
             else:
                 answer = {"ok": True}  # ping

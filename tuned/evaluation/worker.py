@@ -252,6 +252,16 @@ def _evaluate_once(
     return result, fatal
 
 
+def _return_device_memory(device: str) -> None:
+    """Give what PyTorch's allocator holds unused back to the device after each request: a
+    worker, its spares and their runners share one GPU, and memory one process keeps cached
+    is memory the next candidate elsewhere cannot have."""
+    if device == "cuda":
+        import torch
+
+        torch.cuda.empty_cache()
+
+
 def _serve(channel: Channel, device: str, loader: ModuleLoader, pool: RunnerPool) -> None:
     cache = CaseCache()  # lives as long as the worker: inputs and references of every case
     while True:
@@ -260,11 +270,13 @@ def _serve(channel: Channel, device: str, loader: ModuleLoader, pool: RunnerPool
             return
         if request.get("op") == "prepare":
             answer = prepare(request, loader, device, pool, cache)
+            _return_device_memory(device)
             channel.send(answer)
             if answer.get("fatal"):
                 return  # e.g. a CUDA fault: the context is unusable, the client starts another
             continue
         result, fatal = evaluate(request, loader, device, channel.send, pool, cache)
+        _return_device_memory(device)
         # "request": the client's number of the request, echoed (a result must name its own).
         answer = {"type": "result", "request": request.get("request"), "result": result}
         channel.send({**answer, "fatal": fatal})
