@@ -87,6 +87,21 @@ class Runner:
         self.slots: dict[str, Slot] = {}
         self.stable: dict[str, list[Any]] = {}
 
+    def let_go(self) -> None:
+        """Drop every view of the arena before exiting: memory the judge shared by CUDA IPC is
+        freed there only once each process that mapped it has let go (a runner killed while
+        mapped leaves it held in the judge for good)."""
+        self.slots.clear()
+        self.stable.clear()
+        self.arena.base = None
+        import gc
+
+        gc.collect()
+        if self.device == "cuda":
+            import torch
+
+            torch.cuda.synchronize()
+
     def guard(self, slot: Slot | None, poison: str | None) -> Guard:
         modules = slot.modules if slot is not None else set()
         return Guard(candidate_modules=modules, writable=self.writable, poison=poison)
@@ -259,6 +274,9 @@ def serve(channel: Channel, runner: Runner) -> None:
     while True:
         message = channel.receive()
         if message is None or message.get("op") == "exit":
+            if message is not None:  # the judge waits (briefly) for this before its SIGKILL
+                runner.let_go()
+                channel.send({"ok": True, "id": message.get("id")})
             return
         op = message.get("op")
         try:

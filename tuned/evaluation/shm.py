@@ -204,10 +204,22 @@ class Arena(_Views):
 
             torch.cuda.synchronize()
 
+    @property
+    def held_bytes(self) -> int:
+        """Device bytes this arena keeps allocated (every mapping since it was made)."""
+        return sum(int(t.numel()) for t in self._keep) if self.device == "cuda" else 0
+
     def close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+        if self.device == "cuda" and self._keep:
+            import torch
+
+            self.base = None
+            self._keep.clear()
+            # Frees what the runner, having let go, no longer maps.
+            torch.cuda.ipc_collect()  # type: ignore[no-untyped-call]
 
 
 class MappedArena(_Views):

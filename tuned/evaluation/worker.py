@@ -262,6 +262,23 @@ def _return_device_memory(device: str) -> None:
         torch.cuda.empty_cache()
 
 
+#: Device memory a judge may hold between requests beyond its cached cases and its own
+#: runner's arena before it retires (e.g. what runners killed while mapping an arena left).
+STRAY_BYTES = 4 << 30
+
+
+def _holds_stray_memory(device: str, cache: CaseCache, pool: RunnerPool) -> bool:
+    if device != "cuda":
+        return False
+    import torch
+
+    stray = torch.cuda.memory_allocated() - cache.held_bytes - pool.arena_bytes()
+    if stray <= STRAY_BYTES:
+        return False
+    print(f"{stray >> 20} MiB of device memory held astray; this worker retires", file=sys.stderr)
+    return True
+
+
 def _serve(channel: Channel, device: str, loader: ModuleLoader, pool: RunnerPool) -> None:
     cache = CaseCache()  # lives as long as the worker: inputs and references of every case
     while True:
@@ -277,6 +294,8 @@ def _serve(channel: Channel, device: str, loader: ModuleLoader, pool: RunnerPool
             continue
         result, fatal = evaluate(request, loader, device, channel.send, pool, cache)
         _return_device_memory(device)
+        if not fatal and _holds_stray_memory(device, cache, pool):
+            fatal = True  # this worker retires; a spare takes over (the result stands)
         # "request": the client's number of the request, echoed (a result must name its own).
         answer = {"type": "result", "request": request.get("request"), "result": result}
         channel.send({**answer, "fatal": fatal})

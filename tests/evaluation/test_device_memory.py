@@ -1,0 +1,81 @@
+"""What a judge, its runners and its spares leave on a GPU they share (issue 20, item 1).
+
+On an H100 the example registry's layer_norm (16384x8192, float32) ran out of memory: every
+runner killed while it mapped an arena of the judge's (CUDA IPC) left that arena held in the
+judge, about 1 GiB a runner, until nothing was free.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.conftest import has_gpu
+from tuned.evaluation import worker
+from tuned.evaluation.case_cache import CaseCache
+from tuned.evaluation.runner import Runner, serve
+from tuned.evaluation.runners import RunnerPool
+from tuned.evaluation.shm import MappedArena
+
+
+class _Channel:
+    def __init__(self, messages: list[dict[str, Any]]) -> None:
+        self.messages, self.sent = messages, []  # type: list[dict[str, Any]]
+
+    def receive(self) -> dict[str, Any] | None:
+        return self.messages.pop(0) if self.messages else None
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.sent.append(message)
+
+
+def test_a_runner_lets_go_of_the_arena_and_says_so_before_it_exits(tmp_path: Path) -> None:
+    fd = os.memfd_create("arena")
+    try:
+        runner = Runner(MappedArena(fd), tmp_path, tmp_path, "cpu")
+        runner.arena.base = torch.zeros(16, dtype=torch.uint8)
+        runner.stable["k"] = [runner.arena.base[:8]]
+        channel = _Channel([{"op": "exit", "id": 7}])
+        serve(channel, runner)  # type: ignore[arg-type]
+    finally:
+        os.close(fd)
+    assert channel.sent == [{"ok": True, "id": 7}]  # the judge's close waits for this
+    assert runner.arena.base is None and runner.stable == {} and runner.slots == {}
+
+
+def test_a_judge_holding_memory_astray_retires(monkeypatch: pytest.MonkeyPatch) -> None:
+    gib = 1 << 30
+    allocated = {"now": 6 * gib}
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: allocated["now"])
+    cache = CaseCache()
+    cache.stats.resident_bytes = 2 * gib  # cached cases are not astray
+    pool = RunnerPool(Path("/nonexistent"), "cuda")
+    assert not worker._holds_stray_memory("cuda", cache, pool)  # 4 GiB: at the bound
+    allocated["now"] = 7 * gib
+    assert worker._holds_stray_memory("cuda", cache, pool)
+    assert not worker._holds_stray_memory("cpu", cache, pool)  # the interpreter: never
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not has_gpu(), reason="needs an NVIDIA GPU")
+def test_closing_a_runner_that_mapped_an_arena_frees_the_arena_in_the_judge(
+    tmp_path: Path,
+) -> None:
+    pool = RunnerPool(tmp_path / "runners", "cuda", writable=tmp_path)
+    try:
+        pool.start_ahead()
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        for _ in range(3):
+            runner = pool.fresh()
+            runner.grow(256 << 20, "load")  # the runner maps it (CUDA IPC)
+            assert torch.cuda.memory_allocated() >= before + (256 << 20)
+            pool.release(runner, reusable=False)
+        torch.cuda.synchronize()
+        assert torch.cuda.memory_allocated() - before < (64 << 20)
+    finally:
+        pool.close()
