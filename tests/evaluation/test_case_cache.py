@@ -237,35 +237,32 @@ def test_out_of_gpu_memory_is_retried_once_after_the_cache_gives_its_memory_back
     """On an H100 the example layer_norm's original ran out of memory while the worker's and
     its spares' caches held the device; its kernel was then never tuned. The worker now frees
     its resident cases and evaluates once more; a second failure stands."""
-    from tuned.evaluation import worker
+    from tuned.evaluation.worker import retry_out_of_memory
 
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
     oom = {"outcome": "runtime_error", "reason": "OutOfMemoryError: CUDA out of memory."}
-    answers = [dict(oom), {"outcome": "ok", "time_s": 1e-4, "metadata": {}}]
+    ok = {"outcome": "ok", "time_s": 1e-4, "metadata": {}}
     calls: list[int] = []
 
-    def once(*args: object) -> tuple[dict[str, object], bool]:
-        calls.append(len(calls))
-        return answers.pop(0), False
+    def again(result: dict[str, object]) -> object:
+        def run() -> tuple[dict[str, object], bool]:
+            calls.append(1)
+            return dict(result), False
 
-    monkeypatch.setattr(worker, "_evaluate_once", once)
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+        return run
+
     cache, made, computed = CaseCache(1 << 20, spill_bytes=0), [], []
     _visit(cache, 2, made, computed)
     assert cache.held_bytes > 0
-    args = ({}, None, "cuda", None, None, cache)
-    result, fatal = worker.evaluate(*args)  # type: ignore[arg-type]
-    assert result["outcome"] == "ok" and not fatal and len(calls) == 2
+    result, fatal = retry_out_of_memory((dict(oom), False), again(ok), "cuda", cache)  # type: ignore[arg-type]
+    assert result["outcome"] == "ok" and not fatal and len(calls) == 1
     assert "out of GPU memory on the first try" in result["metadata"]["retried"]  # type: ignore[index]
     assert cache.held_bytes == 0
     # Twice out of memory: the second result stands (one retry, never a loop).
-    calls.clear()
-    answers[:] = [dict(oom), dict(oom)]
-    result, _ = worker.evaluate(*args)  # type: ignore[arg-type]
+    result, _ = retry_out_of_memory((dict(oom), False), again(oom), "cuda", cache)  # type: ignore[arg-type]
     assert result["outcome"] == "runtime_error" and len(calls) == 2
-    # Not on the interpreter, and not for another error.
-    calls.clear()
-    answers[:] = [dict(oom)]
-    worker.evaluate({}, None, "cpu", None, None, cache)  # type: ignore[arg-type]
-    answers[:] = [{"outcome": "runtime_error", "reason": "IndexError"}]
-    worker.evaluate(*args)  # type: ignore[arg-type]
+    # Not on the interpreter, not for another error, not after a fatal one.
+    other = {"outcome": "runtime_error", "reason": "IndexError"}
+    for first, device in (((oom, False), "cpu"), ((other, False), "cuda"), ((oom, True), "cuda")):
+        assert retry_out_of_memory(first, again(ok), device, cache) == first  # type: ignore[arg-type]
     assert len(calls) == 2

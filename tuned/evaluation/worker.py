@@ -18,12 +18,13 @@ processes it starts (:mod:`tuned.evaluation.runners`, :mod:`tuned.evaluation.run
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import platform
 import sys
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -193,40 +194,7 @@ def evaluate(
     cache: CaseCache,
 ) -> tuple[dict[str, Any], bool]:
     """One request's result and whether it is fatal for the worker. The runners it used end,
-    but the own runner after a request that went well on the user's own source.
-
-    A candidate that ran out of GPU memory while this worker's case cache held some is
-    evaluated once more after the cache gave its device memory back: the memory was the
-    cache's (or a spare's, or another process's on the device), not necessarily the
-    candidate's fault, and an original failed so leaves its kernel untuned. The retry is
-    said in the result's ``metadata.retried``."""
-    result, fatal = _evaluate_once(request, loader, device, send, pool, cache)
-    if fatal or device != "cuda" or not _out_of_memory(result):
-        return result, fatal
-    freed = cache.release_device()
-    import torch
-
-    torch.cuda.empty_cache()
-    print(f"out of GPU memory; retrying once, {freed >> 20} MiB of cases freed", file=sys.stderr)
-    again, fatal = _evaluate_once(request, loader, device, send, pool, cache)
-    note = f"out of GPU memory on the first try ({short(str(result.get('reason', '')), 200)})"
-    again["metadata"] = {**(again.get("metadata") or {}), "retried": note}
-    return again, fatal
-
-
-def _out_of_memory(result: Mapping[str, Any]) -> bool:
-    reason = str(result.get("reason", "")).lower()
-    return result.get("outcome") == "runtime_error" and "out of memory" in reason
-
-
-def _evaluate_once(
-    request: Mapping[str, Any],
-    loader: ModuleLoader,
-    device: str,
-    send: Any,
-    pool: RunnerPool,
-    cache: CaseCache,
-) -> tuple[dict[str, Any], bool]:
+    but the own runner after a request that went well on the user's own source."""
     evaluation = Evaluation(request, loader, device, send, pool, cache)
     fatal = False
     try:
@@ -250,6 +218,36 @@ def _evaluate_once(
             "phase_seconds": evaluation.phase_seconds,
         }
     return result, fatal
+
+
+def retry_out_of_memory(
+    first: tuple[dict[str, Any], bool],
+    again: Callable[[], tuple[dict[str, Any], bool]],
+    device: str,
+    cache: CaseCache,
+) -> tuple[dict[str, Any], bool]:
+    """``first`` (an evaluation's result and whether it is fatal), or, when it ran out of GPU
+    memory, ``again()`` after the case cache gave its device memory back: the memory was the
+    cache's (or a spare's, or another process's on the device), not necessarily the
+    candidate's fault, and an original failed so leaves its kernel untuned. Once only; the
+    retry is said in the result's ``metadata.retried``."""
+    result, fatal = first
+    if fatal or device != "cuda" or not _out_of_memory(result):
+        return first
+    freed = cache.release_device()
+    import torch
+
+    torch.cuda.empty_cache()
+    print(f"out of GPU memory; retrying once, {freed >> 20} MiB of cases freed", file=sys.stderr)
+    retried, fatal = again()
+    note = f"out of GPU memory on the first try ({short(str(result.get('reason', '')), 200)})"
+    retried["metadata"] = {**(retried.get("metadata") or {}), "retried": note}
+    return retried, fatal
+
+
+def _out_of_memory(result: Mapping[str, Any]) -> bool:
+    reason = str(result.get("reason", "")).lower()
+    return result.get("outcome") == "runtime_error" and "out of memory" in reason
 
 
 def _return_device_memory(device: str) -> None:
@@ -292,7 +290,8 @@ def _serve(channel: Channel, device: str, loader: ModuleLoader, pool: RunnerPool
             if answer.get("fatal"):
                 return  # e.g. a CUDA fault: the context is unusable, the client starts another
             continue
-        result, fatal = evaluate(request, loader, device, channel.send, pool, cache)
+        once = functools.partial(evaluate, request, loader, device, channel.send, pool, cache)
+        result, fatal = retry_out_of_memory(once(), once, device, cache)
         _return_device_memory(device)
         if not fatal and _holds_stray_memory(device, cache, pool):
             fatal = True  # this worker retires; a spare takes over (the result stands)
