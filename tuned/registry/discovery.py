@@ -4,8 +4,8 @@ Nothing is executed: the module's syntax tree (:mod:`ast`) is searched for launc
 ``kernel[grid](...)`` of ``@triton.jit`` functions (the module's own, or imported:
 :mod:`tuned.registry.kernel_sources`), in the launcher (a function, a method, an autograd
 Function's ``forward``/``backward``) and in the module's functions it calls
-(:data:`CALL_DEPTH` deep). Each performance parameter reaching a launch becomes a knob,
-wherever the code binds it:
+(:mod:`tuned.registry.call_graph`). Each performance parameter reaching a launch becomes a
+knob, wherever the code binds it:
 
 - ``param``: a launcher parameter with a literal ``int`` default passed at the launch
   (``BLOCK=BLOCK``): the tuner passes it as a keyword argument, its default is the baseline;
@@ -33,18 +33,18 @@ which kernels each knob reaches).
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tuned.registry.autotune import AUTO, AutotuneSpace, autotune_space, autotune_values
 from tuned.registry.bindings import Local, local_bindings, names_in, parameters
+from tuned.registry.call_graph import imported_callees, reachable
 from tuned.registry.kernel_facts import KernelFacts, kernel_facts
 from tuned.registry.kernel_sources import (
     imported_kernels,
     launched_name,
     launcher_functions,
     module_functions,
-    module_statements,
 )
 from tuned.registry.knob_values import (
     BLOCK_BOUNDS,
@@ -76,7 +76,6 @@ __all__ = [
 
 
 #: How deep discovery follows calls from the launcher into the module's own functions.
-CALL_DEPTH = 3
 #: Triton's defaults for launch options a launch does not pass (the baseline of an added one).
 OPTION_DEFAULTS = {"num_warps": 4, "num_stages": 3}
 _LAUNCH_OPTIONS = ("num_warps", "num_stages")
@@ -186,39 +185,11 @@ class _Finder:
         if all(n.reason != reason for n in self.result.notices):  # once, at its first place
             self.result.notices.append(Notice(line=getattr(node, "lineno", 0), reason=reason))
 
-    def scanned(self) -> list[ast.FunctionDef]:
-        """The launchers, and the module's non-kernel functions they call (breadth first)."""
-        seen: list[ast.FunctionDef] = list(self.launchers)
-        frontier = list(self.launchers)
-        for _ in range(CALL_DEPTH):
-            nxt: list[ast.FunctionDef] = []
-            for fn in frontier:
-                for node in ast.walk(fn):
-                    if not isinstance(node, ast.Call):
-                        continue
-                    callees: list[ast.FunctionDef] = []
-                    if isinstance(node.func, ast.Name):
-                        found = self.functions.get(node.func.id)
-                        callees = [] if found is None else [found]
-                    elif (  # `Fn.apply(...)` of an autograd Function of the module
-                        isinstance(node.func, ast.Attribute)
-                        and node.func.attr == "apply"
-                        and isinstance(node.func.value, ast.Name)
-                        and self.tree is not None
-                    ):
-                        callees = launcher_functions(
-                            self.tree, f"{node.func.value.id}.apply", backward=self.backward
-                        )
-                    for callee in callees:
-                        if callee.name not in self.kernels and all(callee is not s for s in seen):
-                            seen.append(callee)
-                            nxt.append(callee)
-            frontier = nxt
-        return seen
-
     def run(self) -> Discovery:
         sites = 0
-        scanned = self.scanned()
+        scanned = reachable(
+            self.launchers, self.functions, self.kernels, self.tree, backward=self.backward
+        )
         for fn in scanned:
             local = local_bindings(fn)
             for node in ast.walk(fn):
@@ -231,7 +202,7 @@ class _Finder:
                     self.site(fn, local, node, self.kernels[name])
         if not sites:
             names = ", ".join(f.name for f in self.launchers)
-            elsewhere = self.imported_callees(scanned)
+            elsewhere = imported_callees(self.tree, self.module, scanned, self.kernels)
             todo = "declare knobs in kernel.yaml"
             if elsewhere:
                 shown = ", ".join(f"{name} (from {origin})" for name, origin in elsewhere)
@@ -249,33 +220,6 @@ class _Finder:
             )
         self.finish()
         return self.result
-
-    def imported_callees(self, scanned: Sequence[ast.FunctionDef]) -> list[tuple[str, str]]:
-        """(name, module) of the functions ``scanned`` calls that the module imports with
-        ``from MODULE import name`` (relative imports resolved against this module)."""
-        if self.tree is None:
-            return []
-        origin: dict[str, str] = {}
-        for stmt in module_statements(self.tree):
-            if isinstance(stmt, ast.ImportFrom):
-                base = stmt.module or ""
-                if stmt.level and self.module.endswith(".py"):  # an entry's file: as written
-                    base = "." * stmt.level + base
-                elif stmt.level:
-                    package = self.module.split(".")[: -stmt.level]
-                    base = ".".join([*package, base] if base else package)
-                for alias in stmt.names:
-                    origin[alias.asname or alias.name] = f"{base}.{alias.name}"
-        out: list[tuple[str, str]] = []
-        for fn in scanned:
-            for node in ast.walk(fn):
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-                    full = origin.get(node.func.id)
-                    if full is not None and node.func.id not in self.kernels:
-                        module, name = full.rsplit(".", 1)
-                        if (name, module) not in out:
-                            out.append((name, module))
-        return out
 
     # -- one launch
 

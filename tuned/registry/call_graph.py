@@ -1,0 +1,92 @@
+"""Which functions of a module a launcher reaches, and which it calls from other modules.
+
+Knob discovery (:mod:`tuned.registry.discovery`) looks for launches in the launcher and in the
+module's functions it calls, :data:`CALL_DEPTH` deep, following ``Fn.apply(...)`` into an
+autograd Function of the module; when it finds none, it names the imported functions the
+launcher calls (where the kernels then live). Nothing is executed: syntax trees only.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Container, Mapping, Sequence
+
+from tuned.registry.kernel_sources import launcher_functions, module_statements
+
+__all__ = ["CALL_DEPTH", "imported_callees", "reachable"]
+
+#: How deep calls from a launcher are followed into the module's own functions.
+CALL_DEPTH = 3
+
+
+def reachable(
+    launchers: Sequence[ast.FunctionDef],
+    functions: Mapping[str, ast.FunctionDef],
+    kernels: Container[str],
+    tree: ast.Module | None,
+    *,
+    backward: bool = True,
+) -> list[ast.FunctionDef]:
+    """The launchers, and the module's non-kernel functions they call (breadth first);
+    ``Fn.apply(...)`` leads into ``Fn``'s ``forward`` (and ``backward`` when ``backward``)."""
+    seen: list[ast.FunctionDef] = list(launchers)
+    frontier = list(launchers)
+    for _ in range(CALL_DEPTH):
+        nxt: list[ast.FunctionDef] = []
+        for fn in frontier:
+            for node in ast.walk(fn):
+                if not isinstance(node, ast.Call):
+                    continue
+                callees: list[ast.FunctionDef] = []
+                if isinstance(node.func, ast.Name):
+                    found = functions.get(node.func.id)
+                    callees = [] if found is None else [found]
+                elif (  # `Fn.apply(...)` of an autograd Function of the module
+                    isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "apply"
+                    and isinstance(node.func.value, ast.Name)
+                    and tree is not None
+                ):
+                    callees = launcher_functions(
+                        tree, f"{node.func.value.id}.apply", backward=backward
+                    )
+                for callee in callees:
+                    if callee.name not in kernels and all(callee is not s for s in seen):
+                        seen.append(callee)
+                        nxt.append(callee)
+        frontier = nxt
+    return seen
+
+
+def imported_callees(
+    tree: ast.Module | None,
+    module: str,
+    scanned: Sequence[ast.FunctionDef],
+    kernels: Container[str],
+) -> list[tuple[str, str]]:
+    """(name, module) of the functions ``scanned`` calls that ``module`` imports with
+    ``from MODULE import name`` (relative imports resolved against ``module``; an entry's
+    file, ``*.py``, keeps them as written)."""
+    if tree is None:
+        return []
+    origin: dict[str, str] = {}
+    for stmt in module_statements(tree):
+        if isinstance(stmt, ast.ImportFrom):
+            base = stmt.module or ""
+            if stmt.level and module.endswith(".py"):  # an entry's file: as written
+                base = "." * stmt.level + base
+            elif stmt.level:
+                package = module.split(".")[: -stmt.level]
+                base = ".".join([*package, base] if base else package)
+            for alias in stmt.names:
+                origin[alias.asname or alias.name] = f"{base}.{alias.name}"
+    out: list[tuple[str, str]] = []
+    for fn in scanned:
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                full = origin.get(node.func.id)
+                if full is not None and node.func.id not in kernels:
+                    name_module, name = full.rsplit(".", 1)
+                    if (name, name_module) not in out:
+                        out.append((name, name_module))
+    return out
