@@ -116,6 +116,14 @@ def char_majors() -> dict[int, str]:
     return majors
 
 
+def _major_of(path: str, majors: dict[int, str]) -> str:
+    try:
+        major = os.major(os.stat(path).st_rdev)
+    except OSError as exc:
+        return f"cannot stat: {exc}"
+    return f"{major} ({majors.get(major, '?')})"
+
+
 def device_allowed(path: str, majors: dict[int, str]) -> bool:
     if path in PSEUDO_DEVICES:
         return True
@@ -280,7 +288,11 @@ def main() -> int:
     majors = char_majors()
     opened = {d for d in opened if _is_device(d)}  # not /dev/shm's files (a tmpfs)
     findings["devices_opened"] = sorted(opened)
-    findings["devices_not_allowed"] = sorted(d for d in opened if not device_allowed(d, majors))
+    refused = sorted(d for d in opened if not device_allowed(d, majors))
+    findings["devices_not_allowed"] = refused
+    # Why not: the node's major and the name /proc/devices gives it ('?': none), which is
+    # what a DeviceAllow=char-NAME line has to name (the H100 box refused /dev/nvidia0).
+    findings["devices_not_allowed_majors"] = {d: _major_of(d, majors) for d in refused}
     findings["seconds"] = round(time.monotonic() - started, 1)
     child_ok = isinstance(findings["child"], dict)
     checks = {
