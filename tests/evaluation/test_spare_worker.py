@@ -85,6 +85,38 @@ def test_a_fresh_worker_is_the_waiting_spare_and_a_new_spare_follows(
     assert not any(_alive(p) for p in everyone)
 
 
+def test_a_spare_prepares_for_every_kernel_the_client_evaluates(
+    tmp_path: Path, write_entry: WriteEntry
+) -> None:
+    """A registry is tuned kernel after kernel by one client: a spare prepared only for the
+    first one made every case of a later kernel's re-measurement (10 to 26 s on the H100)."""
+    first = load_entry(write_entry("add_a"))
+    second = load_entry(write_entry("add_b", source=ADD_SOURCE + "\n# another kernel\n"))
+    client = WorkerClient(
+        workdir=tmp_path / "w", settings=EvaluationSettings(interpreter=True), spares=1
+    )
+    try:
+        for spec in (first, second):
+            assert client.evaluate(spec, _candidate(spec, spec.module_source, 128)).outcome is (
+                Outcome.OK
+            )
+        client.fresh()  # the second kernel's re-measurement: in the spare
+        warm = client.evaluate(second, _candidate(second, second.module_source, 128))
+        assert warm.outcome is Outcome.OK, warm.reason
+        assert client.spare_takeovers == 1
+        assert warm.metadata["case_cache"]["misses_here"] == 0  # made when it prepared
+        # Requests are written before a spare reads them: never more than its pipe holds.
+        spare = client._spares[0]
+        assert spare.room >= 64 * 1024  # Linux's default, grown where allowed
+        spare.room = spare.queued  # full
+        third = load_entry(write_entry("add_c", source=ADD_SOURCE + "\n# a third\n"))
+        result = client.evaluate(third, _candidate(third, third.module_source, 128))
+        assert result.outcome is Outcome.OK
+        assert "add_c" not in spare.prepared
+    finally:
+        client.close()
+
+
 def test_a_spare_that_cannot_start_falls_back_to_a_cold_start(
     tmp_path: Path, write_entry: WriteEntry
 ) -> None:

@@ -14,7 +14,8 @@ workers are started ahead and wait, so that a fresh worker (the acceptance rule'
 re-measurement, or a restart after a crash) is there at once instead of after PyTorch's
 import and CUDA's start-up (seconds on a GPU box, per acceptance); three, because
 acceptances come seconds apart early in a campaign, faster than a spare starts. Once the client has
-evaluated a kernel, each spare is asked to *prepare* for it: it runs the kernel's original
+evaluated a kernel, each spare is asked to *prepare* for it (for each kernel it evaluates, in
+turn): it runs the kernel's original
 module (trusted code, the registry's own) at its baseline knobs through the correctness
 checks, which makes the cases' inputs and reference outputs and starts Triton's and
 PyTorch's lazily loaded machinery. No candidate code has run in a spare when it takes over:
@@ -117,6 +118,11 @@ CASE_CACHE_DEVICE_SHARE = 0.5
 #: A prepare request larger than this is not sent: a spare reads it only once started, and a
 #: write larger than the pipe's buffer would block until then.
 _PREPARE_MAX_BYTES = 32 * 1024
+
+#: What a pipe to a spare holds unread: Linux's default (the pipe is grown to
+#: :data:`_PIPE_WANTED` where the kernel allows, see ``_spawn``).
+_PIPE_BYTES = 64 * 1024
+_PIPE_WANTED = 1 << 20
 
 
 class WorkerClient:
@@ -246,7 +252,7 @@ class WorkerClient:
         except OSError as exc:
             raise WorkerError(f"cannot start the evaluation worker ({self.python}): {exc}") from exc
         self.starts += 1
-        return _Child(proc, req_w, LineReader(res_r), directory)
+        return _Child(proc, req_w, LineReader(res_r), directory, room=_grow_pipe(req_w))
 
     def _start_spare(self) -> bool:
         """Start one more spare, in a directory no other process of this client uses."""
@@ -265,8 +271,12 @@ class WorkerClient:
 
     def _prepare_spares(self, payload: Mapping[str, Any], options: Mapping[str, Any]) -> None:
         """Ask each spare not yet asked to prepare for this kernel (see the module docstring);
-        its answer is read when it takes over (:meth:`_take`)."""
-        waiting = [c for c in self._spares if c.prepare is None]
+        its answers are read when it takes over (:meth:`_take`). A spare prepares for every
+        kernel the client evaluates (a spare prepared for the first kernel only spent 10 to
+        26 s making the cases of each later kernel's re-measurements on the H100), as long as
+        its requests fit its pipe unread: a write must never block the caller."""
+        name = str(payload["name"])
+        waiting = [c for c in self._spares if name not in c.prepared]
         if not waiting:
             return
         request = {
@@ -283,7 +293,10 @@ class WorkerClient:
         if len(data) > _PREPARE_MAX_BYTES:
             return
         for child in waiting:
-            child.prepare = str(payload["name"])
+            if child.queued + len(data) > child.room:
+                continue
+            child.prepared.append(name)
+            child.queued += len(data)
             # One that died is found when it is taken (a cold start instead).
             with contextlib.suppress(OSError):
                 os.write(child.to_worker, data)
@@ -297,13 +310,15 @@ class WorkerClient:
         otherwise is still fresh, and is used."""
         self._child = child
         message = self._read_message(child)
-        if child.prepare is not None and message is not None and message.get("type") == "ready":
+        if message is None or message.get("type") != "ready":
+            return message
+        for kernel in child.prepared:  # one answer per request, in order
             answer = self._read_message(child)
             if answer is None or answer.get("type") != "prepared" or answer.get("fatal"):
                 why = "no answer" if answer is None else answer.get("reason", answer.get("type"))
-                return {"type": "error", "reason": f"it did not prepare for {child.prepare}: {why}"}
+                return {"type": "error", "reason": f"it did not prepare for {kernel}: {why}"}
             if not answer.get("ok"):
-                log.info("the spare did not prepare for %s: %s", child.prepare, answer["reason"])
+                log.info("the spare did not prepare for %s: %s", kernel, answer["reason"])
         return message
 
     def _read_message(self, child: _Child) -> dict[str, Any] | None:
@@ -507,8 +522,12 @@ class _Child:
     to_worker: int
     reader: LineReader
     directory: Path
-    #: The kernel a spare was asked to prepare for (``None``: not asked; see ``_take``).
-    prepare: str | None = None
+    #: The kernels a spare was asked to prepare for, in order (see ``_take``).
+    prepared: list[str] = field(default_factory=list)
+    #: Bytes of those requests, and how many its pipe holds unread (they are written before
+    #: the spare reads: more would block the writer).
+    queued: int = 0
+    room: int = _PIPE_BYTES
 
     def stop(self, *, wait: bool = True) -> None:
         """Kill the whole process group and close the pipes; ``wait``: reap it now."""
@@ -520,6 +539,20 @@ class _Child:
         for fd in (self.to_worker, self.reader.fd):
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def _grow_pipe(fd: int) -> int:
+    """Grow the pipe behind ``fd`` to :data:`_PIPE_WANTED` where allowed; its size."""
+    import fcntl
+
+    grow = getattr(fcntl, "F_SETPIPE_SZ", None)
+    size = getattr(fcntl, "F_GETPIPE_SZ", None)
+    try:
+        if grow is not None:
+            fcntl.fcntl(fd, grow, _PIPE_WANTED)
+        return int(fcntl.fcntl(fd, size)) if size is not None else _PIPE_BYTES
+    except OSError:  # above /proc/sys/fs/pipe-max-size for this user: the default stays
+        return _PIPE_BYTES
 
 
 def _is_worker(pid: int) -> bool:
