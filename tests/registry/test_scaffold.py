@@ -180,3 +180,61 @@ def test_add_fills_a_modules_constructor_arguments(tmp_path: Path) -> None:
     status = ktuned("status", path=tmp_path, state=state)
     row = next(line for line in status.stdout.splitlines() if line.startswith("scale"))
     assert "original fails" not in row and "none" in row, status.stdout
+
+
+PICK_SOURCE = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _pick_kernel(x_ptr, t_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols, other=0.0)
+    t = tl.load(t_ptr + row)
+    tl.store(out_ptr + row, tl.sum(tl.where(cols == t, x, 0.0), axis=0))
+
+
+def pick(logits, target):
+    """The logit of each row's target class (an index into the last dimension)."""
+    rows, cols = logits.shape
+    out = torch.empty(rows, device=logits.device, dtype=logits.dtype)
+    _pick_kernel[(rows,)](logits, target, out, cols, BLOCK=triton.next_power_of_2(cols))
+    return out
+'''
+
+
+def test_add_makes_class_indices_for_a_target_and_the_entry_runs(tmp_path: Path) -> None:
+    """A label parameter (`target`, as in a cross-entropy) is an integer index into the last
+    dimension, one per row: float `rand` made every check fail (a float pointer where the
+    kernel loads an index)."""
+    package = tmp_path / "userpick"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "pick.py").write_text(PICK_SOURCE)
+    added = ktuned(
+        "registry",
+        "add",
+        "userpick.pick.pick",
+        "--shape",
+        "M=64,V=100",
+        "--dtype",
+        "float32",
+        "--out",
+        tmp_path / "registry",
+        path=tmp_path,
+    )
+    assert added.returncode == 0, added.stderr
+    inputs = (tmp_path / "registry" / "pick" / "entry.py").read_text()
+    assert 'target = index(shape["M"], high=shape["V"])' in inputs, inputs
+    assert 'logits = rand(shape["M"], shape["V"])' in inputs
+    state = tmp_path / "state"
+    run = ktuned(
+        "tune", tmp_path / "registry" / "pick", "--budget", "1", path=tmp_path, state=state
+    )
+    assert run.returncode == 0, run.stderr
+    status = ktuned("status", path=tmp_path, state=state)
+    row = next(line for line in status.stdout.splitlines() if line.startswith("pick"))
+    assert "failed" not in row and row.split()[1] != "-", status.stdout

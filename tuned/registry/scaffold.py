@@ -10,7 +10,8 @@ method, an ``nn.Module`` class), shapes and dtypes, :func:`add_entry` writes a d
 - ``inputs: make_inputs`` in ``entry.py``, generated from the launcher's signature: every
   parameter without a default becomes an input, made by its name (a tensor of the shape's
   dimensions in the given order, 1-D of the last dimension for weights and biases, the size
-  for a parameter named after a dimension, a small float for ``eps``). A parameter it cannot
+  for a parameter named after a dimension, a small float for ``eps``, integer indices into the
+  last dimension, one per row, for labels and ids such as ``target``). A parameter it cannot
   read makes ``make_inputs`` a stub that raises ``NotImplementedError("TODO ...")``, which
   ``ktuned registry check`` reports until it is written.
 
@@ -36,6 +37,11 @@ __all__ = ["AddedEntry", "add_entry", "infer_inputs", "parse_shape"]
 STUB_MARK = "TODO(ktuned registry add)"
 _WEIGHT = re.compile(r"^(w|weight|weights|gamma|beta|bias|b|alpha|scale|shift|g)(_.*)?$", re.I)
 _EPS = re.compile(r"eps|epsilon", re.I)
+#: Parameters that hold indices into the last dimension (class labels, token ids): integers.
+_INDEX = re.compile(
+    r"^(target|targets|label|labels|index|indices|idx|ids|input_ids|token_ids|class_ids)$",
+    re.I,
+)
 #: Constructor parameters of a module that mean "the size of the last dimension".
 _HIDDEN = re.compile(
     r"^(hidden(_size|_dim)?|dim|d_model|embed_dim|n_embd|num_features|normalized_shape|"
@@ -145,6 +151,9 @@ def infer_inputs(
             lines.append(f"{p.name} = 1e-6")
         elif _WEIGHT.match(p.name):
             lines.append(f"{p.name} = rand({last})")
+        elif _INDEX.match(p.name):  # one index per row, into the last dimension
+            rows = ", ".join(f'shape["{d}"]' for d in order[:-1]) or last
+            lines.append(f"{p.name} = index({rows}, high={last})")
         elif p.annotation in (int, "int") or p.annotation in (float, "float"):
             todo.append(f"{p.name} (a {getattr(p.annotation, '__name__', p.annotation)} scalar)")
             continue
@@ -192,8 +201,9 @@ def _module_text(
         f'"""Inputs for {path}, written by `ktuned registry add`.',
         "",
         f"Its parameters: {signature}.",
-        "Edit freely: inputs must be deterministic in seed (made on the CPU with a seeded",
-        'generator, then moved to the device). The launcher is called as launcher(*inputs)."""',
+        "Edit freely: inputs must be deterministic in seed (made on the device with a seeded",
+        "generator: on a GPU, drawing large inputs on the CPU took seconds per case). The",
+        'launcher is called as launcher(*inputs)."""',
         "",
         "import torch",
         "",
@@ -204,11 +214,14 @@ def _module_text(
         what = "; ".join(todo)
         head.append(f'    raise NotImplementedError("{STUB_MARK}: make the inputs for {what}")')
     head += [
-        "    g = torch.Generator().manual_seed(seed)",
+        "    g = torch.Generator(device=device).manual_seed(seed)",
         "",
         "    def rand(*size):",
-        "        t = torch.randn(*size, generator=g)",
-        "        return (t if dtype.is_floating_point else (t * 8).round()).to(dtype).to(device)",
+        "        t = torch.randn(*size, generator=g, device=device)",
+        "        return (t if dtype.is_floating_point else (t * 8).round()).to(dtype)",
+        "",
+        "    def index(*size, high):",
+        "        return torch.randint(0, high, size, generator=g, device=device)",
         "",
     ]
     return "\n".join(head + [f"    {line}" for line in body]) + "\n", todo
