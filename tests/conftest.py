@@ -97,3 +97,19 @@ def write_entry(tmp_path: Path) -> WriteEntry:
 
 def has_gpu() -> bool:
     return _HAS_GPU
+
+
+#: Parametrize a corpus test over where kernels run (the value is ``interpreter``): Triton's
+#: interpreter everywhere (CI) and, where there is one, the GPU (``pytest -m gpu`` on the
+#: device runs that half).
+DEVICES = [
+    pytest.param(True, id="interpreter"),
+    pytest.param(
+        False,
+        id="gpu",
+        marks=[
+            pytest.mark.gpu,
+            pytest.mark.skipif(not _HAS_GPU, reason="needs an NVIDIA GPU"),
+        ],
+    ),
+]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ADD_SOURCE, WriteEntry
+from tests.conftest import ADD_SOURCE, DEVICES, WriteEntry
 from tuned.evaluation import EvaluationSettings, WorkerClient
 from tuned.outcomes import Candidate, Outcome, Provenance
 from tuned.registry import load_entry
@@ -44,14 +44,15 @@ def test_the_corpus_is_large_enough() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("interpreter", DEVICES)
 def test_every_cheat_and_fault_is_caught_and_nothing_is_lost(
-    tmp_path: Path, write_entry: WriteEntry
+    tmp_path: Path, write_entry: WriteEntry, interpreter: bool
 ) -> None:
     spec = load_entry(write_entry())
     store = SqliteStore(tmp_path / "state" / "ktuned.sqlite")
     store.sync_kernel(spec)
     settings = EvaluationSettings(
-        interpreter=True,
+        interpreter=interpreter,
         load_timeout_s=8,
         compile_timeout_s=8,
         correctness_timeout_s=30,

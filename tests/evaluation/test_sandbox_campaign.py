@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ADD_SOURCE, WriteEntry
+from tests.conftest import ADD_SOURCE, DEVICES, WriteEntry
 from tuned.evaluation import EvaluationSettings, WorkerClient
 from tuned.evaluation.sandbox import SandboxError, SandboxSettings, check_sandbox
 from tuned.outcomes import Candidate, Outcome, Provenance
@@ -74,8 +74,9 @@ def _escapees() -> list[int]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("interpreter", DEVICES)
 def test_hostile_candidates_reach_nothing_and_the_tuner_stays_up(
-    tmp_path: Path, write_entry: WriteEntry, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, write_entry: WriteEntry, monkeypatch: pytest.MonkeyPatch, interpreter: bool
 ) -> None:
     try:
         check_sandbox(SandboxSettings())
@@ -97,7 +98,7 @@ def test_hostile_candidates_reach_nothing_and_the_tuner_stays_up(
     store.sync_kernel(spec)
     precious.write_text("precious")
     settings = EvaluationSettings(
-        interpreter=True,
+        interpreter=interpreter,
         load_timeout_s=8,
         compile_timeout_s=8,
         correctness_timeout_s=30,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ADD_SOURCE, ADD_YAML
+from tests.conftest import ADD_SOURCE, ADD_YAML, DEVICES
 from tests.evaluation.test_sandbox_campaign import SECRET, _expectation, _read
 from tests.llm.chat_server import ChatServer, fenced, reply
 from tests.llm.test_llm_proposals import World, campaign_for
@@ -40,8 +40,9 @@ GOOD = ADD_SOURCE.replace(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("interpreter", DEVICES)
 def test_every_hostile_module_as_an_llm_rewrite_is_refused_or_caught(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, interpreter: bool
 ) -> None:
     try:
         check_sandbox(SandboxSettings())
@@ -66,7 +67,7 @@ def test_every_hostile_module_as_an_llm_rewrite_is_refused_or_caught(
     precious = state / "precious.txt"
     precious.write_text("precious")
     settings = EvaluationSettings(
-        interpreter=True,
+        interpreter=interpreter,
         load_timeout_s=8,
         compile_timeout_s=8,
         correctness_timeout_s=30,
