@@ -266,3 +266,19 @@ def test_out_of_gpu_memory_is_retried_once_after_the_cache_gives_its_memory_back
     for first, device in (((oom, False), "cpu"), ((other, False), "cuda"), ((oom, True), "cuda")):
         assert retry_out_of_memory(first, again(ok), device, cache) == first  # type: ignore[arg-type]
     assert len(calls) == 2
+
+
+def test_spilled_cases_come_back_resident_once_there_is_room() -> None:
+    """A spare prepares with a small share (its cases partly spilled), then takes over with the
+    running worker's: its cases move back to the resident tier on their first use."""
+    per_case = 2 * 256 * 4 + 256 * 4
+    cache, made, computed = CaseCache(per_case, spill_bytes=1 << 20), [], []
+    _visit(cache, 2, made, computed)
+    assert cache.held_bytes == per_case and cache.stats.spill_bytes == per_case
+    cache.resize(2 * per_case)  # the share of the running worker
+    _visit(cache, 2, made, computed)
+    assert cache.stats.promoted == 2  # the second case's inputs and reference
+    assert cache.held_bytes == 2 * per_case and cache.stats.spill_bytes == 0
+    _visit(cache, 2, made, computed)
+    assert cache.stats.spill_hits == 2  # only the pass before the promotion
+    assert (len(made), len(computed)) == (2, 2)  # nothing made again

@@ -152,3 +152,14 @@ def test_a_client_pins_its_worker_with_its_own_environment(tmp_path: Path, devic
         assert f"CUDA_VISIBLE_DEVICES={device}".encode() in environ
     finally:
         client.close()
+
+
+def test_the_running_worker_gets_most_of_the_device_share_for_cases(tmp_path: Path) -> None:
+    """Together half the device (less the margin); the running worker, which evaluates nearly
+    every candidate, most of it (equal shares of a tenth left layer_norm's cases spilled)."""
+    settings = EvaluationSettings(interpreter=True)
+    four = WorkerClient(workdir=tmp_path / "a", settings=settings, spares=4)
+    running, spare = four._cache_share(spare=False), four._cache_share(spare=True)
+    assert running + 4 * spare == pytest.approx(0.5) and running > 10 * spare
+    alone = WorkerClient(workdir=tmp_path / "b", settings=settings)
+    assert alone._cache_share(spare=False) == pytest.approx(0.5)

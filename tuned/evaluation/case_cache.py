@@ -93,6 +93,7 @@ class CacheStats:
     tampered: int = 0
     spill_hits: int = 0
     spilled: int = 0  # entries placed in the spill tier
+    promoted: int = 0  # spilled entries moved back to the resident tier
     resident_bytes: int = 0
     spill_bytes: int = 0
 
@@ -104,6 +105,7 @@ class CacheStats:
             "tampered": self.tampered,
             "spill_hits": self.spill_hits,
             "spilled": self.spilled,
+            "promoted": self.promoted,
             "resident_bytes": self.resident_bytes,
             "spill_bytes": self.spill_bytes,
         }
@@ -256,6 +258,8 @@ class CaseCache:
             # Checked on what is handed out for a spilled entry (a fresh device copy of it).
             if _signature(handed) == entry.signature:
                 self._hit(entry)
+                if entry.spilled:
+                    self._promote(full, entry, lambda: _to_device(entry.value, entry.device))
                 return list(handed)
             self.stats.tampered += 1
             self._drop(full)
@@ -277,7 +281,11 @@ class CaseCache:
         entry = self._get(full)
         if entry is not None:
             self._hit(entry)
-            return _to_device(entry.value, entry.device) if entry.spilled else entry.value
+            if not entry.spilled:
+                return entry.value
+            copy = _to_device(entry.value, entry.device)
+            self._promote(full, entry, lambda: copy)  # only ever read: the copy can stay
+            return copy
         self.stats.misses += 1
         value = compute()
         parent_key = ("inputs", inputs_key)
@@ -299,6 +307,20 @@ class CaseCache:
         if entry is not None:
             self._entries.move_to_end(key)
         return entry
+
+    def _promote(self, key: Hashable, entry: _Entry, on_device: Callable[[], Any]) -> None:
+        """Move a spilled entry back to the resident tier when it fits there now (room made
+        from other kernels' entries only): a spare that prepared with a small share, then took
+        over with the running worker's, gets its cases resident on their first use."""
+        while not self._fits(entry.nbytes, False, entry.device) and self._victim(False) is not None:
+            self._evict(False)
+        if key not in self._entries or not self._fits(entry.nbytes, False, entry.device):
+            return
+        entry.value = on_device()
+        entry.spilled = False
+        self.stats.spill_bytes -= entry.nbytes
+        self.stats.resident_bytes += entry.nbytes
+        self.stats.promoted += 1
 
     def _put(self, key: Hashable, value: Any, signature: tuple[float, ...]) -> bool:
         """Keep ``value`` resident if it fits, else spilled if that fits; ``False``: neither."""

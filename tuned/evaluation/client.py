@@ -112,8 +112,12 @@ _PHASES = ("load", "compile", "correctness", "benchmark")
 GPU_SPARES = 4
 
 #: The part of a GPU (less the cache's margin) that the case caches of a worker and its spares
-#: may hold together (tuned.evaluation.case_cache).
+#: may hold together (tuned.evaluation.case_cache), and the part of it that the spares hold
+#: (shared equally), until one takes over and gets the rest: the worker evaluates nearly
+#: every candidate, a spare re-measures one and has its cases spilled in host memory too (on
+#: the H100 equal shares of a tenth left layer_norm's cases mostly spilled: 2.2 s a candidate).
 CASE_CACHE_DEVICE_SHARE = 0.5
+SPARES_CACHE_SHARE = 0.2
 
 #: A prepare request larger than this is not sent: a spare reads it only once started, and a
 #: write larger than the pipe's buffer would block until then.
@@ -287,7 +291,12 @@ class WorkerClient:
                 "source": payload["original_source"],
                 "knobs": dict(payload["baseline_knobs"]),
             },
-            "options": {**options, "lenient_derived": True, "incumbent": None},
+            "options": {
+                **options,
+                "lenient_derived": True,
+                "incumbent": None,
+                "case_cache_share": self._cache_share(spare=True),
+            },
         }
         data = (json.dumps(request) + "\n").encode()
         if len(data) > _PREPARE_MAX_BYTES:
@@ -481,9 +490,16 @@ class WorkerClient:
             # This worker and its spares each keep a cache on the one device: together half of
             # it less the margin, the rest for the runners, the candidates and the allocators
             # (on an H100, five caches of a fifth each still left 300 MiB free).
-            "case_cache_share": CASE_CACHE_DEVICE_SHARE / (1 + self.spares),
+            "case_cache_share": self._cache_share(spare=False),
             "timing": dataclasses.asdict(self.settings.timing),
         }
+
+    def _cache_share(self, *, spare: bool) -> float:
+        """The device share of a spare's case cache, or of the running worker's."""
+        if not self.spares:
+            return CASE_CACHE_DEVICE_SHARE
+        spares = CASE_CACHE_DEVICE_SHARE * SPARES_CACHE_SHARE
+        return spares / self.spares if spare else CASE_CACHE_DEVICE_SHARE - spares
 
     def _crashed(self, phase: str, started: float) -> EvalResult:
         reason = self._death_reason(phase)
