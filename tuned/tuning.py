@@ -143,9 +143,12 @@ def tune_registry(
 
             pipeline = pipeline_for(client, workers=compile_workers)
         summaries = []
+        kernels = [c for c in campaigns if c.spec.replay is None]
         try:
             for campaign in campaigns:
                 campaign.on_result = callback
+                if campaign in kernels[:-1]:  # the next kernel's cases made while this one runs
+                    client.prepare_ahead(kernels[kernels.index(campaign) + 1].spec)
                 if pipeline is not None and campaign.spec.replay is None:
                     summaries.append(pipeline.run(campaign))
                 else:

@@ -273,6 +273,14 @@ class WorkerClient:
             return False
         return True
 
+    def prepare_ahead(self, spec: KernelSpec) -> None:
+        """Ask the spares to prepare for ``spec`` now, before its first evaluation (a
+        registry's next kernel while this one is tuned): that evaluation then runs in the spare
+        that prepared, its cases made, instead of making them first (20 to 27 s per kernel of
+        the example registry on the H100)."""
+        if self._spares:
+            self._prepare_spares(_kernel_payload(spec), self._options())
+
     def _prepare_spares(self, payload: Mapping[str, Any], options: Mapping[str, Any]) -> None:
         """Ask each spare not yet asked to prepare for this kernel (see the module docstring);
         its answers are read when it takes over (:meth:`_take`). A spare prepares for every
@@ -375,6 +383,16 @@ class WorkerClient:
         rejection = candidate_check(spec, candidate)
         if rejection:
             return EvalResult(Outcome.REJECTED_STATIC, reason=rejection, phase="static")
+        name = spec.name
+        current = self._child
+        if (
+            current is not None
+            and name not in current.served
+            and name not in current.prepared
+            and self._spares
+            and name in self._spares[0].prepared
+        ):
+            self.fresh()  # a kernel new to this worker: to the spare that prepared for it
         self.start()
         assert self._child is not None
         if self._child.reader.pending():
@@ -385,6 +403,7 @@ class WorkerClient:
             self.start()
             assert self._child is not None
         child = self._child
+        child.served.add(name)
         self._requests += 1
         request_id = self._requests
         payload = _kernel_payload(spec)
@@ -540,6 +559,8 @@ class _Child:
     directory: Path
     #: The kernels a spare was asked to prepare for, in order (see ``_take``).
     prepared: list[str] = field(default_factory=list)
+    #: The kernels it was asked to evaluate.
+    served: set[str] = field(default_factory=set)
     #: Bytes of those requests, and how many its pipe holds unread (they are written before
     #: the spare reads: more would block the writer).
     queued: int = 0
