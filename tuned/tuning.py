@@ -13,6 +13,7 @@ the work without evaluating a candidate twice for one fingerprint.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 from collections.abc import Callable
@@ -144,11 +145,12 @@ def tune_registry(
             pipeline = pipeline_for(client, workers=compile_workers)
         summaries = []
         kernels = [c for c in campaigns if c.spec.replay is None]
+        following = {id(c): after.spec for c, after in itertools.pairwise(kernels)}
         try:
             for campaign in campaigns:
                 campaign.on_result = callback
-                if campaign in kernels[:-1]:  # the next kernel's cases made while this one runs
-                    client.prepare_ahead(kernels[kernels.index(campaign) + 1].spec)
+                if id(campaign) in following:  # the next kernel's cases made while this runs
+                    client.prepare_ahead(following[id(campaign)])
                 if pipeline is not None and campaign.spec.replay is None:
                     summaries.append(pipeline.run(campaign))
                 else:
