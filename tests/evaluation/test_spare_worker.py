@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ADD_SOURCE, WriteEntry
+from tests.conftest import ADD_SOURCE, WriteEntry, has_gpu
 from tuned.evaluation import EvaluationSettings, WorkerClient
 from tuned.outcomes import Candidate, Outcome, Provenance
 from tuned.registry import load_entry
@@ -192,3 +192,34 @@ def test_the_running_worker_gets_most_of_the_device_share_for_cases(tmp_path: Pa
     assert running + 4 * spare == pytest.approx(0.5) and running > 10 * spare
     alone = WorkerClient(workdir=tmp_path / "b", settings=settings)
     assert alone._cache_share(spare=False) == pytest.approx(0.5)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not has_gpu(), reason="needs an NVIDIA GPU")
+def test_tune_makes_the_next_kernels_cases_while_one_is_tuned(
+    tmp_path: Path, write_entry: WriteEntry
+) -> None:
+    """`ktuned tune` of a registry: the second kernel's first evaluation (its baseline) runs
+    in a spare that prepared for it, every case made (on the H100 each kernel's first
+    evaluation spent 20 to 27 s making them)."""
+    from tuned.registry import scan_registry
+    from tuned.search import TuneSettings
+    from tuned.store import SqliteStore
+    from tuned.tuning import tune_registry
+
+    write_entry("add_a")
+    registry = write_entry("add_b", source=ADD_SOURCE + "\n# another kernel\n").parent
+    store = SqliteStore(tmp_path / "s.sqlite")
+    report = tune_registry(
+        registry,
+        store=store,
+        state_dir=tmp_path / "state",
+        settings=TuneSettings(budget=1, seed=3),
+        evaluation=EvaluationSettings(interpreter=False),
+    )
+    fid = store.record_fingerprint(report.fingerprint)
+    second = next(s for s in scan_registry(registry).entries if s.name == "add_b")
+    baseline = store.trials(second.name, second.generation, fid)[0]
+    assert baseline.result.outcome is Outcome.OK, baseline.result.reason
+    assert baseline.result.metadata["case_cache"]["misses_here"] == 0
+    store.close()
