@@ -250,3 +250,30 @@ def test_nvml_monitor_reads_processes_utilization_memory_and_throttling() -> Non
     assert "hardware thermal" in str(m.throttled_since(mark))
     nvml.reasons, nvml.violation = 0x1, 10
     assert "violation" in str(m.throttled_since(mark))
+
+
+def test_a_kernel_handed_to_the_spare_that_prepared_it_is_a_recycle_not_a_confirm(
+    tmp_path: Path, write_entry: WriteEntry
+) -> None:
+    """Only the acceptance rule's re-measurement is a ``confirm``: a new kernel going to the
+    spare that prepared for it is a ``recycle`` (neither may look like a crash loop)."""
+    from tests.conftest import ADD_SOURCE
+    from tuned.daemon.gpu import NoGpuMonitor
+
+    first = load_entry(write_entry("add_a"))
+    second = load_entry(write_entry("add_b", source=ADD_SOURCE + "\n# another kernel\n"))
+    client = GatedWorkerClient(
+        workdir=tmp_path / "w",
+        settings=EvaluationSettings(interpreter=True),
+        monitor=NoGpuMonitor("interpreter mode"),
+        retries=0,
+        spares=1,
+    )
+    try:
+        assert client.evaluate(first, _candidate(first)).outcome is Outcome.OK
+        client.prepare_ahead(second)
+        assert client.evaluate(second, _candidate(second)).outcome is Outcome.OK
+        assert client.spare_takeovers == 1
+        assert client.starts_by_reason["recycle"] == 1 and client.starts_by_reason["confirm"] == 0
+    finally:
+        client.close()

@@ -97,6 +97,11 @@ class GatedWorkerClient(WorkerClient):
                 ).start()
         self._reaping &= {proc.pid for proc in self._dying}
 
+    def _hand_to_spare(self) -> None:
+        """A kernel to the spare that prepared for it: a ``recycle``, not a ``confirm``."""
+        self.fresh()
+        self._next_reason = "recycle"
+
     def evaluate(
         self, spec: KernelSpec, candidate: Candidate, *args: Any, **kwargs: Any
     ) -> EvalResult:

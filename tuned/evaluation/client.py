@@ -210,6 +210,11 @@ class WorkerClient:
             self._child = None
         self._dying = [p for p in self._dying if p.poll() is None]
 
+    def _hand_to_spare(self) -> None:
+        """The next evaluation runs in the spare (:meth:`fresh`), here not for a
+        re-measurement: a kernel goes to the spare that prepared for it."""
+        self.fresh()
+
     def pids(self) -> set[int]:
         """The worker's and the spares' process ids (their GPU use is this client's)."""
         children = [self._child, *self._spares]
@@ -392,7 +397,7 @@ class WorkerClient:
             and self._spares
             and name in self._spares[0].prepared
         ):
-            self.fresh()  # a kernel new to this worker: to the spare that prepared for it
+            self._hand_to_spare()  # a kernel new to this worker: to the spare that prepared
         self.start()
         assert self._child is not None
         if self._child.reader.pending():
