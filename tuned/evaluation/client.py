@@ -41,14 +41,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profilers.timing import TimingSettings
 from tuned.errors import WorkerError
 from tuned.evaluation.channel import LineReader, parse_message
-from tuned.evaluation.sandbox import (
-    SandboxSettings,
-    descendants,
-    exit_status,
-)
+from tuned.evaluation.sandbox import descendants, exit_status
+from tuned.evaluation.settings import PHASES, EvaluationSettings
 from tuned.evaluation.shapes import derive_shapes
 from tuned.evaluation.spawn import spawn_child, worker_environment
 from tuned.evaluation.static import candidate_check
@@ -58,49 +54,6 @@ from tuned.registry.spec import KernelSpec
 __all__ = ["EvaluationSettings", "WorkerClient", "spawn_child", "worker_environment"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class EvaluationSettings:
-    """Deadlines (seconds, per phase) and what an evaluation checks and times."""
-
-    interpreter: bool
-    startup_timeout_s: float = 180.0
-    load_timeout_s: float = 60.0
-    compile_timeout_s: float = 300.0
-    correctness_timeout_s: float = 300.0
-    benchmark_timeout_s: float = 300.0
-    seeds: tuple[int, ...] = (0, 1)
-    interpreter_max_size: int = 1 << 22  # shapes above this product of dims skip the interpreter
-    memory_limit_bytes: int | None = None  # address-space cap, interpreter mode only
-    timing: TimingSettings = field(default_factory=TimingSettings)
-    #: Inputs and reference outputs a worker keeps across evaluations (tuned.evaluation.case_cache).
-    case_cache_bytes: int = 0  # 0: sized from the free device memory (resident), then spilled
-    #: The host-level sandbox of every worker (tuned.evaluation.sandbox, docs/security.md).
-    sandbox: SandboxSettings = field(default_factory=SandboxSettings)
-    #: One hard deadline per candidate, from its request to its result, that no message of
-    #: the worker extends (``None``: the sum of the phase deadlines).
-    candidate_timeout_s: float | None = None
-
-    def deadline(self, phase: str) -> float:
-        return {
-            "load": self.load_timeout_s,
-            "compile": self.compile_timeout_s,
-            "correctness": self.correctness_timeout_s,
-            "benchmark": self.benchmark_timeout_s,
-        }.get(phase, self.load_timeout_s)
-
-    @property
-    def candidate_deadline(self) -> float:
-        """Seconds one candidate may take in all, whatever its worker says."""
-        if self.candidate_timeout_s is not None:
-            return self.candidate_timeout_s
-        return sum(self.deadline(p) for p in _PHASES)
-
-
-#: The phases a worker goes through, in order; announcing one resets only its own deadline,
-#: once, and only forward (a repeated or earlier phase changes nothing).
-_PHASES = ("load", "compile", "correctness", "benchmark")
 
 
 #: Spare workers kept started on a GPU (see the module docstring). On the H100 box, with a
@@ -469,8 +422,8 @@ class WorkerClient:
             message, problem = parse_message(line)
             if message is not None and message.get("type") == "phase":
                 announced = message.get("phase")
-                if announced in _PHASES and announced not in seen:
-                    if _PHASES.index(announced) > _PHASES.index(phase):
+                if announced in PHASES and announced not in seen:
+                    if PHASES.index(announced) > PHASES.index(phase):
                         phase = str(announced)
                         phase_end = time.monotonic() + self.settings.deadline(phase)
                     seen.add(str(announced))

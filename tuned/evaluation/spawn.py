@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from tuned.evaluation.sandbox import WORKDIR, check_sandbox, sandboxed
 
 if TYPE_CHECKING:
-    from tuned.evaluation.client import EvaluationSettings
+    from tuned.evaluation.settings import EvaluationSettings
 
 __all__ = ["spawn_child", "worker_environment"]
 

@@ -1,0 +1,57 @@
+"""What an evaluation checks and times, and its deadlines: :class:`EvaluationSettings`.
+
+Defined here, below the worker client (:mod:`tuned.evaluation.client`) that enforces them and
+the configuration (:mod:`tuned.daemon.config`) and commands that build them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from profilers.timing import TimingSettings
+from tuned.evaluation.sandbox import SandboxSettings
+
+__all__ = ["PHASES", "EvaluationSettings"]
+
+
+@dataclass(frozen=True)
+class EvaluationSettings:
+    """Deadlines (seconds, per phase) and what an evaluation checks and times."""
+
+    interpreter: bool
+    startup_timeout_s: float = 180.0
+    load_timeout_s: float = 60.0
+    compile_timeout_s: float = 300.0
+    correctness_timeout_s: float = 300.0
+    benchmark_timeout_s: float = 300.0
+    seeds: tuple[int, ...] = (0, 1)
+    interpreter_max_size: int = 1 << 22  # shapes above this product of dims skip the interpreter
+    memory_limit_bytes: int | None = None  # address-space cap, interpreter mode only
+    timing: TimingSettings = field(default_factory=TimingSettings)
+    #: Inputs and reference outputs a worker keeps across evaluations (tuned.evaluation.case_cache).
+    case_cache_bytes: int = 0  # 0: sized from the free device memory (resident), then spilled
+    #: The host-level sandbox of every worker (tuned.evaluation.sandbox, docs/security.md).
+    sandbox: SandboxSettings = field(default_factory=SandboxSettings)
+    #: One hard deadline per candidate, from its request to its result, that no message of
+    #: the worker extends (``None``: the sum of the phase deadlines).
+    candidate_timeout_s: float | None = None
+
+    def deadline(self, phase: str) -> float:
+        return {
+            "load": self.load_timeout_s,
+            "compile": self.compile_timeout_s,
+            "correctness": self.correctness_timeout_s,
+            "benchmark": self.benchmark_timeout_s,
+        }.get(phase, self.load_timeout_s)
+
+    @property
+    def candidate_deadline(self) -> float:
+        """Seconds one candidate may take in all, whatever its worker says."""
+        if self.candidate_timeout_s is not None:
+            return self.candidate_timeout_s
+        return sum(self.deadline(p) for p in PHASES)
+
+
+#: The phases a worker goes through, in order; announcing one resets only its own deadline,
+#: once, and only forward (a repeated or earlier phase changes nothing).
+PHASES = ("load", "compile", "correctness", "benchmark")
