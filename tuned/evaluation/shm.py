@@ -18,6 +18,7 @@ A layout entry is ``{"tensor": {"offset", "shape", "strides", "dtype"}}`` or ``{
 from __future__ import annotations
 
 import base64
+import contextlib
 import math
 import mmap
 import os
@@ -218,8 +219,10 @@ class Arena(_Views):
 
             self.base = None
             self._keep.clear()
-            # Frees what the runner, having let go, no longer maps.
-            torch.cuda.ipc_collect()  # type: ignore[no-untyped-call]
+            # Frees what the runner, having let go, no longer maps (not on a broken context:
+            # the worker is replaced then anyway).
+            with contextlib.suppress(RuntimeError):
+                torch.cuda.ipc_collect()  # type: ignore[no-untyped-call]
 
 
 class MappedArena(_Views):
