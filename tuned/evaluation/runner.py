@@ -94,12 +94,12 @@ class Runner:
         self.slots.clear()
         self.stable.clear()
         self.arena.base = None
-        import gc
+        if self.device == "cuda":  # a memfd goes with the process: nothing to wait for
+            import gc
 
-        gc.collect()
-        if self.device == "cuda":
             import torch
 
+            gc.collect()
             torch.cuda.synchronize()
 
     def guard(self, slot: Slot | None, poison: str | None) -> Guard:
