@@ -22,12 +22,27 @@ def ktuned(
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=path)
 
 
+def user_package(root: Path, package: str, module: str, source: str) -> None:
+    """The user's own package under ``root`` (importable: on PYTHONPATH), never copied into
+    an entry."""
+    directory = root / package
+    directory.mkdir()
+    (directory / "__init__.py").write_text("")
+    (directory / f"{module}.py").write_text(source)
+
+
+def assert_tunes(entry: Path, name: str, root: Path) -> None:
+    """``ktuned tune`` of ``entry`` succeeds and ``status`` shows ``name`` tuned, not failed."""
+    state = root / "state"
+    run = ktuned("tune", entry, "--budget", "1", path=root, state=state)
+    assert run.returncode == 0, run.stderr
+    status = ktuned("status", path=root, state=state)
+    row = next(line for line in status.stdout.splitlines() if line.startswith(name))
+    assert "failed" not in row and row.split()[1] != "-", status.stdout
+
+
 def test_add_writes_an_entry_that_checks_and_runs(tmp_path: Path) -> None:
-    # The user's own package, importable (on PYTHONPATH), never copied into the entry.
-    package = tmp_path / "userkernels"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "add.py").write_text(ADD_SOURCE)
+    user_package(tmp_path, "userkernels", "add", ADD_SOURCE)
     added = ktuned(
         "registry",
         "add",
@@ -58,12 +73,7 @@ def test_add_writes_an_entry_that_checks_and_runs(tmp_path: Path) -> None:
     assert "knob   BLOCK:" in check.stdout and "knob   num_warps:" in check.stdout, check.stdout
 
     # The original runs in a worker, imported from the user's package, and is the reference.
-    state = tmp_path / "state"
-    run = ktuned("tune", entry, "--budget", "1", path=tmp_path, state=state)
-    assert run.returncode == 0, run.stderr
-    status = ktuned("status", path=tmp_path, state=state)
-    row = next(line for line in status.stdout.splitlines() if line.startswith("add"))
-    assert "failed" not in row and row.split()[1] != "-", status.stdout
+    assert_tunes(entry, "add", tmp_path)
 
 
 def test_add_writes_a_stub_that_check_reports(tmp_path: Path) -> None:
@@ -155,10 +165,7 @@ class Scale(torch.nn.Module):
 def test_add_fills_a_modules_constructor_arguments(tmp_path: Path) -> None:
     """An nn.Module launcher: the constructor's size argument becomes `init:` (the last
     dimension), one it cannot read is a TODO said by add; with it filled, the entry tunes."""
-    package = tmp_path / "usermods"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "scale.py").write_text(SCALE_MODULE)
+    user_package(tmp_path, "usermods", "scale", SCALE_MODULE)
     out = tmp_path / "registry"
     added = ktuned(
         "registry", "add", "usermods.scale.Scale", "--shape", "M=4,N=96", "--dtype", "float32",
@@ -210,10 +217,7 @@ def test_add_makes_class_indices_for_a_target_and_the_entry_runs(tmp_path: Path)
     """A label parameter (`target`, as in a cross-entropy) is an integer index into the last
     dimension, one per row: float `rand` made every check fail (a float pointer where the
     kernel loads an index)."""
-    package = tmp_path / "userpick"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "pick.py").write_text(PICK_SOURCE)
+    user_package(tmp_path, "userpick", "pick", PICK_SOURCE)
     added = ktuned(
         "registry",
         "add",
@@ -230,11 +234,4 @@ def test_add_makes_class_indices_for_a_target_and_the_entry_runs(tmp_path: Path)
     inputs = (tmp_path / "registry" / "pick" / "entry.py").read_text()
     assert 'target = index(shape["M"], high=shape["V"])' in inputs, inputs
     assert 'logits = rand(shape["M"], shape["V"])' in inputs
-    state = tmp_path / "state"
-    run = ktuned(
-        "tune", tmp_path / "registry" / "pick", "--budget", "1", path=tmp_path, state=state
-    )
-    assert run.returncode == 0, run.stderr
-    status = ktuned("status", path=tmp_path, state=state)
-    row = next(line for line in status.stdout.splitlines() if line.startswith("pick"))
-    assert "failed" not in row and row.split()[1] != "-", status.stdout
+    assert_tunes(tmp_path / "registry" / "pick", "pick", tmp_path)

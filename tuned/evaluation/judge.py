@@ -427,10 +427,10 @@ class Evaluation:
         del first_inputs, first_out
         from tuned.evaluation.timing_judge import JudgedTiming
 
+        timing = JudgedTiming(self, TimingSettings(**self.options.get("timing", {})))
         if self.correctness_only:  # a spare: the timed inputs made ahead, nothing timed
-            ahead = JudgedTiming(self, TimingSettings(**self.options.get("timing", {})))
             for case in self.timed_cases(cases):
-                ahead.prepare(case, inputs_of)
+                timing.prepare(case, inputs_of)
             self.enter("done")
             return {"outcome": "ok", "phase_seconds": self.phase_seconds}
 
@@ -441,7 +441,6 @@ class Evaluation:
             own = self.own_incumbent and self.own_candidate
             runner = candidate.runner if own else self._runner(self.own_incumbent)
             incumbent = self.load(runner, "incumbent", inc)
-        timing = JudgedTiming(self, TimingSettings(**self.options.get("timing", {})))
         samples: dict[str, list[float]] = {}
         incumbent_samples: dict[str, list[float]] = {}
         screened: list[str] = []

@@ -87,12 +87,21 @@ class Runner:
         self.slots: dict[str, Slot] = {}
         self.stable: dict[str, list[Any]] = {}
 
+    def reset(self) -> None:
+        """Forget the loaded slots and their stable inputs; on a GPU (shared with the judge,
+        the spares and their runners) give back what the allocator holds unused."""
+        self.slots.clear()
+        self.stable.clear()
+        if self.device == "cuda":
+            import torch
+
+            torch.cuda.empty_cache()
+
     def let_go(self) -> None:
         """Drop every view of the arena before exiting: memory the judge shared by CUDA IPC is
         freed there only once each process that mapped it has let go (a runner killed while
         mapped leaves it held in the judge for good)."""
-        self.slots.clear()
-        self.stable.clear()
+        self.reset()
         self.arena.base = None
         if self.device == "cuda":  # a memfd goes with the process: nothing to wait for
             import gc
@@ -291,12 +300,7 @@ def serve(channel: Channel, runner: Runner) -> None:
                 runner.warm()
                 answer = {"ok": True}
             elif op == "reset":
-                runner.slots.clear()
-                runner.stable.clear()
-                if runner.device == "cuda":  # the GPU is shared: give back what is cached
-                    import torch
-
-                    torch.cuda.empty_cache()
+                runner.reset()
                 answer = {"ok": True}
             else:
                 answer = {"ok": True}  # ping
