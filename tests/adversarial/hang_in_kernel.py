@@ -14,8 +14,11 @@ def _add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 @triton.jit
 def _spin(x_ptr, n):
+    # n stays in 1..7 for ever, and the atomic is a side effect no compiler may drop
+    # (`n = n + 1` alone wraps around after 2**31 steps: about a second on an H100).
     while n > 0:
-        n = n + 1
+        tl.atomic_add(x_ptr, 0.0)
+        n = n % 7 + 1
 
 
 def add(x, y, BLOCK=256, num_warps=4):
