@@ -95,3 +95,38 @@ def test_a_closed_runner_lets_go_before_the_kill(tmp_path: Path) -> None:
         assert runner.let_go and not runner.alive
     finally:
         pool.close()
+
+
+def test_a_spare_prepares_one_timed_input_set_at_a_time() -> None:
+    """A spare makes a case's timed sets (up to 2 GiB of inputs) and their references ahead:
+    with four spares preparing at once, holding every set of a case until the last was made
+    ran the H100 out of memory. Each set is let go before the next is made."""
+    from types import SimpleNamespace
+
+    from profilers.timing import TimingSettings
+    from tuned.evaluation.judge import Case
+    from tuned.evaluation.timing_judge import JudgedTiming
+
+    alive: list[Any] = []  # weak references to every set made
+    most = 0
+
+    def inputs_of(case: Case) -> list[Any]:
+        nonlocal most
+        import weakref
+
+        most = max(most, sum(ref() is not None for ref in alive))
+        inputs = [torch.full((256,), float(case.seed))]
+        alive.append(weakref.ref(inputs[0]))
+        return inputs
+
+    referenced: list[int] = []
+    seeds = list(range(101, 121))
+    evaluation = SimpleNamespace(
+        device="cpu",
+        timing_seeds=lambda case, count: seeds[:count],
+        reference_outputs=lambda case, inputs: referenced.append(int(inputs[0][0])),
+    )
+    timing = JudgedTiming(evaluation, TimingSettings(interpreter_reps=6))  # type: ignore[arg-type]
+    timing.prepare(Case({"N": 256}, "float32", 0, True), inputs_of)
+    assert referenced == seeds[:6]  # every timed set of the case, each with its reference
+    assert most <= 1  # and never two sets held at once (the sizing set included)

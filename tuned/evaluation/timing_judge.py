@@ -122,22 +122,30 @@ class JudgedTiming:
     ) -> tuple[list[Case], list[list[Any]]]:
         """The timed cases of ``case`` (one per timing seed) and their inputs: one set per
         round, fewer (at least two, cycled) when a round's sets would pass ``_SETS_BYTES``."""
+        cases = self.timed_cases(case, inputs_of)
+        return cases, [inputs_of(c) for c in cases]
+
+    def timed_cases(self, case: Case, inputs_of: Callable[[Case], list[Any]]) -> list[Case]:
+        """The timed cases of ``case``, as many as :meth:`timing_sets` makes inputs for."""
         from tuned.evaluation.judge import Case
 
         ev = self.evaluation
         first = inputs_of(Case(case.dims, case.dtype, ev.timing_seeds(case, 1)[0], case.perf))
         size = sum(int(x.numel()) * x.element_size() for x in first if hasattr(x, "numel"))
         count = max(2, min(self.rounds, _SETS_BYTES // max(size, 1)))
-        cases = [Case(case.dims, case.dtype, s, case.perf) for s in ev.timing_seeds(case, count)]
-        return cases, [inputs_of(c) for c in cases]
+        return [Case(case.dims, case.dtype, s, case.perf) for s in ev.timing_seeds(case, count)]
 
     def prepare(self, case: Case, inputs_of: Callable[[Case], list[Any]]) -> None:
         """Make (and so cache) every timed input set of ``case`` and its reference outputs:
         what a spare does ahead so that its first re-measurement times at once (on the H100,
-        making them took 9 to 14 s of a re-measurement at 16384x8192)."""
-        cases, sets = self.timing_sets(case, inputs_of)
-        for timed, inputs in zip(cases, sets):
+        making them took 9 to 14 s of a re-measurement at 16384x8192). One set at a time: a
+        spare holds one set on the device while it prepares, not all of them (up to 2 GiB of
+        inputs, and their copies, in each of four spares preparing at once; the H100 ran out
+        of memory while the spares prepared)."""
+        for timed in self.timed_cases(case, inputs_of):
+            inputs = inputs_of(timed)
             self.evaluation.reference_outputs(timed, inputs)
+            del inputs
 
     def _calibrate(self, target: Target, case: Case, inputs: Sequence[Any]) -> tuple[int, float]:
         """(repetitions per timed call, seconds every call costs besides them).
