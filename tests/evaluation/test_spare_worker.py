@@ -146,6 +146,37 @@ def test_a_kernel_prepared_ahead_is_first_evaluated_by_the_spare_that_prepared_i
         client.close()
 
 
+def test_spares_that_prepared_ahead_prepare_again_once_the_kernel_is_tuned(
+    tmp_path: Path, write_entry: WriteEntry
+) -> None:
+    """Prepared ahead, a spare keeps the next kernel's cases only in the room the tuned one
+    leaves (``CaseCache.guest``); once that kernel is evaluated, the spares that prepared
+    only ahead are asked again, as hosts, so its re-measurements find their cases."""
+    first = load_entry(write_entry("add_a"))
+    second = load_entry(write_entry("add_b", source=ADD_SOURCE + "\n# another kernel\n"))
+    client = WorkerClient(
+        workdir=tmp_path / "w", settings=EvaluationSettings(interpreter=True), spares=2
+    )
+    try:
+        assert client.evaluate(first, _candidate(first, first.module_source, 128)).outcome is (
+            Outcome.OK
+        )
+        client.prepare_ahead(second)
+        assert all("add_b" in spare.ahead for spare in client._spares)
+        result = client.evaluate(second, _candidate(second, second.module_source, 128))
+        assert result.outcome is Outcome.OK and client.spare_takeovers == 1, result.reason
+        waited = [s for s in client._spares if s.prepared.count("add_b") == 2]
+        assert waited, [s.prepared for s in client._spares]  # asked ahead, then as a host
+        assert not any("add_b" in spare.ahead for spare in client._spares)
+        client.fresh()  # a re-measurement in the spare that answered both requests
+        warm = client.evaluate(second, _candidate(second, second.module_source, 256))
+        assert warm.outcome is Outcome.OK, warm.reason
+        assert client.spare_takeovers == 2
+        assert warm.metadata["case_cache"]["misses_here"] == 0
+    finally:
+        client.close()
+
+
 def test_a_spare_that_cannot_start_falls_back_to_a_cold_start(
     tmp_path: Path, write_entry: WriteEntry
 ) -> None:

@@ -237,16 +237,25 @@ class WorkerClient:
         that prepared, its cases made, instead of making them first (20 to 27 s per kernel of
         the example registry on the H100)."""
         if self._spares:
-            self._prepare_spares(_kernel_payload(spec), self._options())
+            self._prepare_spares(_kernel_payload(spec), self._options(), ahead=True)
 
-    def _prepare_spares(self, payload: Mapping[str, Any], options: Mapping[str, Any]) -> None:
+    def _prepare_spares(
+        self, payload: Mapping[str, Any], options: Mapping[str, Any], *, ahead: bool = False
+    ) -> None:
         """Ask each spare not yet asked to prepare for this kernel (see the module docstring);
         its answers are read when it takes over (:meth:`_take`). A spare prepares for every
         kernel the client evaluates (a spare prepared for the first kernel only spent 10 to
         26 s making the cases of each later kernel's re-measurements on the H100), as long as
-        its requests fit its pipe unread: a write must never block the caller."""
+        its requests fit its pipe unread: a write must never block the caller.
+
+        ``ahead`` (:meth:`prepare_ahead`): the kernel is not evaluated yet, and the spare keeps
+        its cases only in the room the kernels it prepared for leave (``CaseCache.guest``):
+        the kernel being tuned keeps its cases for its re-measurements. Once the kernel is
+        evaluated, a spare that prepared only ahead is asked again, as a host."""
         name = str(payload["name"])
-        waiting = [c for c in self._spares if name not in c.prepared]
+        waiting = [
+            c for c in self._spares if name not in c.prepared or (not ahead and name in c.ahead)
+        ]
         if not waiting:
             return
         request = {
@@ -262,6 +271,7 @@ class WorkerClient:
                 "lenient_derived": True,
                 "incumbent": None,
                 "case_cache_share": self._cache_share(spare=True),
+                "ahead": ahead,
             },
         }
         data = (json.dumps(request) + "\n").encode()
@@ -271,6 +281,10 @@ class WorkerClient:
             if child.queued + len(data) > child.room:
                 continue
             child.prepared.append(name)
+            if ahead:
+                child.ahead.add(name)
+            else:
+                child.ahead.discard(name)
             child.queued += len(data)
             # One that died is found when it is taken (a cold start instead).
             with contextlib.suppress(OSError):
@@ -517,6 +531,8 @@ class _Child:
     directory: Path
     #: The kernels a spare was asked to prepare for, in order (see ``_take``).
     prepared: list[str] = field(default_factory=list)
+    #: Those it prepared for only ahead, as a guest of the others' cases.
+    ahead: set[str] = field(default_factory=set)
     #: The kernels it was asked to evaluate.
     served: set[str] = field(default_factory=set)
     #: Bytes of those requests, and how many its pipe holds unread (they are written before

@@ -125,6 +125,8 @@ class Evaluation:
             int(self.options.get("case_cache_bytes", DEFAULT_CAPACITY_BYTES)),
             share=float(self.options.get("case_cache_share", 1.0)),
         )
+        # A spare preparing the next kernel ahead: only the room the others leave.
+        self.cache.guest = bool(self.options.get("ahead", False))
         self._misses_before = self.cache.stats.misses
         self.kernel_key = hashlib.sha256(
             json.dumps(
