@@ -290,10 +290,16 @@ def _bench(args: argparse.Namespace, scratch: Path) -> int:
         def on_result(spec: Any, candidate: Any, result: Any, summary: Any) -> None:
             reached.add(spec.directory.name)
             counts[spec.name] = counts.get(spec.name, 0) + 1
+            # A failure's phase and reason too: the state directory may not outlive the run
+            # (the H100 run's cross-entropy-fwd-bwd original failed, and nothing said why).
+            detail = (
+                _ms(result.time_s)
+                if result.time_s is not None
+                else f"({result.phase}) {' '.join(str(result.reason).split())[:400]}"
+            )
             print(
                 f"{time.monotonic() - started:7.1f}s {spec.name} #{counts[spec.name]} "
-                f"{candidate.provenance.value} {result.outcome.value} "
-                f"{'' if result.time_s is None else _ms(result.time_s)}",
+                f"{candidate.provenance.value} {result.outcome.value} {detail}",
                 file=sys.stderr,
             )
             if time.monotonic() - started > args.wall_limit:
