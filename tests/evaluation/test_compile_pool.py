@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ADD_SOURCE, WriteEntry
+from tests.conftest import ADD_SOURCE, ADD_YAML, WriteEntry
 from tuned.evaluation import EvaluationSettings
 from tuned.evaluation.compile_pool import (
     PRECOMPILE_PHASE,
@@ -188,6 +188,79 @@ def test_the_gpu_worker_finds_every_specialization_in_the_cache(
         timeout=240,
     )
     assert sorted(p.name for p in cache.iterdir()) == before
+
+
+AUTOTUNED_ADD = ADD_SOURCE.replace(
+    "@triton.jit\ndef _add(",
+    """@triton.autotune(
+    configs=[
+        triton.Config({"BLOCK": 128}, num_warps=4),
+        triton.Config({"BLOCK": 256}, num_warps=4),
+        triton.Config({"BLOCK": 512}, num_warps=8),
+    ],
+    key=["n"],
+)
+@triton.jit
+def _add(""",
+).replace(
+    "_add[(triton.cdiv(n, BLOCK),)](x, y, out, n, BLOCK=BLOCK, num_warps=num_warps)",
+    "_add[lambda META: (triton.cdiv(n, META['BLOCK']),)](x, y, out, n)",
+)
+
+_AUTOTUNER_SIDE = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    import torch
+    import triton
+    from triton.runtime import driver
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime.jit import JITFunction
+    from tuned.evaluation.precompile import CompileOnlyDriver
+    from tuned.evaluation.worker import ModuleLoader
+    driver.set_active(CompileOnlyDriver(GPUTarget("cuda", 90, 32)))
+    original = JITFunction.run
+    def compile_only(fn, *args, grid, warmup, **kwargs):
+        return original(fn, *args, grid=grid, warmup=True, **kwargs)
+    JITFunction.run = compile_only
+    source = Path(sys.argv[1]).read_text()
+    add = ModuleLoader(Path(sys.argv[2])).load(source, directory_key="k", extra_files={})
+    for n in (3000, 7, 9):  # the declared shapes and the derived one
+        for dtype in (torch.float16, torch.float32):
+            x, y = add.make_inputs({"N": n}, dtype, "cpu", 0)  # real tensors and pointers
+            out = torch.empty_like(x)
+            for config in add._add.configs:  # what the autotuner's benchmark launches
+                grid = lambda META: (triton.cdiv(n, META["BLOCK"]),)
+                add._add.fn.run(x, y, out, n, grid=grid, warmup=False, **config.all_kwargs())
+    """
+)
+
+
+@needs_compiler
+def test_every_config_of_an_autotuned_kernel_is_compiled_ahead(
+    tmp_path: Path, write_entry: WriteEntry
+) -> None:
+    """An autotuned original: the compile pool compiles every config its autotuner will
+    benchmark, so the GPU worker's autotuner finds them in the cache (Liger's DyT, 18
+    configs, compiled them one by one in the worker on the H100)."""
+    yaml = ADD_YAML.format(name="add").split("knobs:")[0]
+    entry = write_entry(source=AUTOTUNED_ADD, yaml=yaml)
+    spec = load_entry(entry)
+    cache = tmp_path / "worker" / "triton-cache"
+    with _compile_pool(tmp_path) as pool:
+        done = pool.submit(spec, _candidate(spec)).result(timeout=600)
+    assert done.compiled, done.result
+    assert done.result.metadata["specializations"] >= 3 * 2, done.result.metadata  # x dtypes
+    before = sorted(p.name for p in cache.iterdir())
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(TRITON_CACHE_DIR=str(cache), PYTHONPATH=str(ROOT), TRITON_HOME=str(cache.parent))
+    subprocess.run(
+        [sys.executable, "-c", _AUTOTUNER_SIDE, str(entry / "add.py"), str(tmp_path / "mods")],
+        env=env,
+        check=True,
+        timeout=600,
+    )
+    assert sorted(p.name for p in cache.iterdir()) == before  # every launch a cache hit
 
 
 def test_an_llm_written_module_meets_the_full_static_gate_before_any_process_imports_it(

@@ -66,6 +66,10 @@ COMPILE_ERROR_NAMES = frozenset(
     }
 )
 
+#: What Triton's autotuner catches while it benchmarks a config (the config gets an infinite
+#: time); any other error of a config fails the launch there as here.
+_AUTOTUNER_SKIPS = frozenset({"OutOfResources", "CompileTimeAssertionFailure", "PTXASError"})
+
 
 class CompileOnlyDriver:
     """Stands in for Triton's active driver where compiling needs one: a fixed target, device
@@ -128,12 +132,57 @@ class _Compiler:
             return kernel
 
         JITFunction.run = compile_only
+        self._compile_autotuned_configs()
 
-    def check_resources(self) -> None:
+    def _compile_autotuned_configs(self) -> None:
+        """``@triton.autotune`` kernels: a launch compiles every config the autotuner would
+        benchmark for that call (after its own pruning), launching none. The GPU worker's
+        autotuner then finds each config in the cache and only benchmarks: Liger's DyT
+        forward, 18 configs keyed on ``N``, compiled them one after another in the worker at
+        its first launch of each ``N`` (its original's first evaluation on the H100 ended
+        233 s after the previous one). A config the autotuner would skip (out of resources,
+        e.g. more shared memory than the target has) is skipped; only when none compiles
+        does the launch fail (a pinned candidate: its one config)."""
+        try:
+            from triton.runtime.autotuner import Autotuner
+        except ImportError:  # no autotuner to switch: its kernels compile in the worker
+            return
+        compiler = self
+
+        def compile_configs(tuner: Any, *args: Any, **kwargs: Any) -> Any:
+            tuner.nargs = dict(zip(tuner.arg_names, args))
+            try:
+                configs = tuner.prune_configs(kwargs) if len(tuner.configs) > 1 else tuner.configs
+            except Exception:  # noqa: BLE001 - a pruning model that needs a device: all
+                configs = tuner.configs
+            first_error: BaseException | None = None
+            compiled_any, last = False, None
+            try:
+                for config in configs:
+                    before = len(compiler.kernels)
+                    try:
+                        last = tuner.fn.run(*args, **kwargs, **config.all_kwargs())
+                        compiler.check_resources(compiler.kernels[before:])
+                    except Exception as exc:
+                        if type(exc).__name__ not in _AUTOTUNER_SKIPS:
+                            raise
+                        del compiler.kernels[before:]  # the worker's autotuner skips it
+                        first_error = first_error or exc
+                        continue
+                    compiled_any = True
+            finally:
+                tuner.nargs = None
+            if not compiled_any and first_error is not None:
+                raise first_error
+            return last
+
+        Autotuner.run = compile_configs
+
+    def check_resources(self, kernels: Sequence[Any] | None = None) -> None:
         """Raise Triton's ``OutOfResources`` where its loader would, on the target device."""
         from triton.runtime.errors import OutOfResources
 
-        for kernel in self.kernels:
+        for kernel in self.kernels if kernels is None else kernels:
             shared = int(getattr(kernel.metadata, "shared", 0) or 0)
             if self.max_shared and shared > self.max_shared:
                 raise OutOfResources(shared, self.max_shared, "shared memory")
