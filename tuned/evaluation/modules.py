@@ -30,6 +30,7 @@ __all__ = [
     "import_candidate",
     "inputs_module",
     "limit_resources",
+    "refuse_tracing",
 ]
 
 #: The longest line either side reads from the other (a runner's reply is untrusted).
@@ -53,6 +54,26 @@ class Channel:
             return None
         message: dict[str, Any] = json.loads(line)
         return message
+
+
+_PR_SET_DUMPABLE = 4
+
+
+def refuse_tracing() -> bool:
+    """Make this process non-dumpable: a process of the same user without ``CAP_SYS_PTRACE``
+    can then neither ptrace it nor read or write its memory (``/proc/<pid>/mem``,
+    ``process_vm_readv``/``writev``). The judge calls it before it starts any runner: a
+    candidate in a runner (same user, same sandbox, its capabilities dropped by ``bwrap``)
+    opened the judge's ``/proc/<pid>/mem`` for writing through ``ctypes`` before. The daemon
+    that started the sandbox still sees the judge: it owns the sandbox's user namespace.
+    ``False`` where the call is not available (not Linux)."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 def limit_resources() -> None:

@@ -39,6 +39,7 @@ from tuned.evaluation.modules import (
     import_candidate,
     inputs_module,
     limit_resources,
+    refuse_tracing,
 )
 from tuned.evaluation.runners import RunnerPool
 
@@ -308,6 +309,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     in_fd, out_fd, workdir = int(args[0]), int(args[1]), Path(args[2])
     limit_resources()
+    if not refuse_tracing():  # before any runner exists: candidates never reach this process
+        print("cannot make the judge non-dumpable (prctl); runners may trace it", file=sys.stderr)
     os.dup2(2, 1)  # library prints go to the stderr log, never into the protocol
     channel = Channel(in_fd, out_fd)
     import torch
