@@ -11,7 +11,11 @@ interval, with the confirming second measurement when the first clears the bar. 
 acceptance is a false accept.
 
 Four conditions: {idle, ``--busy`` CPU-spinning processes (the compile pool's size)} x
-{CUDA graphs on, off (eager events)}. Per condition and kernel it prints the comparisons, the
+{CUDA graphs on, off (eager events)}; and a fifth, ``neighbour`` (CUDA graphs on, the CPU
+idle): another process on the same GPU makes and reduces 16384x8192 float32 tensors in
+bursts, as a spare preparing a kernel's cases does while the running worker times (``ktuned
+tune`` has its spares prepare the next kernel while one is tuned). Per condition and kernel
+it prints the comparisons, the
 false accepts, the median time of the kernel (median over comparisons of each measurement's
 median) and its ratio to the idle figure of the same mode and to the idle eager figure (the
 referee's way of timing), and the wall of a comparison. JSON with every figure to ``--out``.
@@ -66,6 +70,38 @@ def busy_cpu(processes: int) -> Iterator[None]:
         stop.set()
         for p in procs:
             p.join(timeout=10)
+
+
+def _neighbour(stop: Any, device: str) -> None:  # a spare making cases on the same GPU
+    import torch
+
+    rows = 16384 if device == "cuda" else 64
+    gen = torch.Generator(device=device).manual_seed(1)
+    while not stop.is_set():
+        x = torch.randn(rows, 8192, generator=gen, device=device)
+        y = (x * 2.0 + 1.0).sum(dim=1)  # a reference: read and reduce, as layer_norm's does
+        if device == "cuda":
+            torch.cuda.synchronize()
+        del x, y
+        time.sleep(0.02)
+
+
+@contextmanager
+def gpu_neighbour(on: bool, device: str) -> Iterator[None]:
+    """Another process doing case-making work on the same device for the duration."""
+    if not on:
+        yield
+        return
+    ctx = multiprocessing.get_context("spawn")
+    stop = ctx.Event()
+    proc = ctx.Process(target=_neighbour, args=(stop, device), daemon=True)
+    proc.start()
+    time.sleep(5.0 if device == "cuda" else 2.0)  # its CUDA context up, its loop going
+    try:
+        yield
+    finally:
+        stop.set()
+        proc.join(timeout=30)
 
 
 def kernels(device: str) -> dict[str, Callable[[], Any]]:
@@ -136,11 +172,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     device = "cpu" if args.smoke else "cuda"
     gpu = device == "cuda"
     fns = kernels(device)
-    conditions = [(busy, graphs) for busy in (0, args.busy) for graphs in (True, False)]
+    conditions = [(busy, graphs, False) for busy in (0, args.busy) for graphs in (True, False)]
+    conditions.append((0, True, True))
     out: dict[str, Any] = {"busy_processes": args.busy, "conditions": []}
-    for busy, graphs in conditions:
+    for busy, graphs, neighbour in conditions:
         timing = TimingSettings(cuda_graphs=graphs)
-        with busy_cpu(busy):
+        with busy_cpu(busy), gpu_neighbour(neighbour, device):
             for name, fn in fns.items():
                 rows = [compare(fn, gpu, timing, seed) for seed in range(args.comparisons)]
                 out["conditions"].append(
@@ -148,6 +185,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         "kernel": name,
                         "busy": busy,
                         "graphs": graphs,
+                        "neighbour": neighbour,
                         "comparisons": len(rows),
                         "false_accepts": sum(r["status"] == "accepted" for r in rows),
                         "first_stage_passes": sum(r["second"] is not None for r in rows),
@@ -156,7 +194,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         "rows": rows,
                     }
                 )
-    idle = {(c["kernel"], c["graphs"]): c["median_s"] for c in out["conditions"] if not c["busy"]}
+    idle = {
+        (c["kernel"], c["graphs"]): c["median_s"]
+        for c in out["conditions"]
+        if not c["busy"] and not c["neighbour"]
+    }
     for c in out["conditions"]:
         c["vs_idle_same_mode"] = c["median_s"] / idle[(c["kernel"], c["graphs"])]
         c["vs_idle_eager"] = c["median_s"] / idle[(c["kernel"], False)]
@@ -181,12 +223,12 @@ def main() -> None:
         f"times in {'ms (interpreter)' if args.smoke else 'us'}"
     )
     print(
-        f"{'kernel':<18} {'busy':>4} {'graphs':>6} {'false acc':>9} {'1st pass':>8} "
+        f"{'kernel':<18} {'busy':>4} {'graphs':>6} {'gpu nbr':>7} {'false acc':>9} {'1st pass':>8} "
         f"{'median':>9} {'/idle same':>10} {'/idle eager':>11} {'wall/cmp':>9}"
     )
     for c in result["conditions"]:
         print(
-            f"{c['kernel']:<18} {c['busy']:>4} {c['graphs']!s:>6} "
+            f"{c['kernel']:<18} {c['busy']:>4} {c['graphs']!s:>6} {c['neighbour']!s:>7} "
             f"{c['false_accepts']:>9} {c['first_stage_passes']:>8} "
             f"{c['median_s'] * unit:>9.3f} {c['vs_idle_same_mode']:>10.3f} "
             f"{c['vs_idle_eager']:>11.3f} {c['wall_per_comparison_s']:>8.2f}s"
