@@ -142,11 +142,14 @@ def test_compiling_ahead_fills_the_cache_and_records_compile_errors(
     assert "Hardware limit: 232448" in failed.result.reason
 
 
-_WORKER_SIDE = textwrap.dedent(
+# The GPU worker's side, compiling only (no GPU here): the entry's module loaded as the worker
+# loads it, then what each script below launches with real tensors.
+_COMPILE_ONLY_WORKER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
     import torch
+    import triton
     from triton.runtime import driver
     from triton.backends.compiler import GPUTarget
     from triton.runtime.jit import JITFunction
@@ -159,11 +162,30 @@ _WORKER_SIDE = textwrap.dedent(
     JITFunction.run = compile_only
     source = Path(sys.argv[1]).read_text()
     add = ModuleLoader(Path(sys.argv[2])).load(source, directory_key="k", extra_files={})
+    """
+)
+
+_WORKER_SIDE = _COMPILE_ONLY_WORKER + textwrap.dedent(
+    """
     for n in (3000, 7, 9):  # the declared shapes and the derived one
         x, y = add.make_inputs({"N": n}, torch.float16, "cpu", 0)  # real tensors and pointers
         add.add(x, y, BLOCK=256, num_warps=4)
     """
 )
+
+
+def _run_worker_side(
+    script: str, module: Path, cache: Path, modules: Path, timeout: float = 240
+) -> None:
+    """Run ``script`` (the worker's side) on ``module`` with ``cache`` as its Triton cache."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(TRITON_CACHE_DIR=str(cache), PYTHONPATH=str(ROOT), TRITON_HOME=str(cache.parent))
+    subprocess.run(
+        [sys.executable, "-c", script, str(module), str(modules)],
+        env=env,
+        check=True,
+        timeout=timeout,
+    )
 
 
 @needs_compiler
@@ -179,14 +201,7 @@ def test_the_gpu_worker_finds_every_specialization_in_the_cache(
         done = pool.submit(spec, _candidate(spec, BLOCK=256, num_warps=4)).result(timeout=240)
     assert done.compiled, done.result
     before = sorted(p.name for p in cache.iterdir())
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.update(TRITON_CACHE_DIR=str(cache), PYTHONPATH=str(ROOT), TRITON_HOME=str(cache.parent))
-    subprocess.run(
-        [sys.executable, "-c", _WORKER_SIDE, str(entry / "add.py"), str(tmp_path / "modules")],
-        env=env,
-        check=True,
-        timeout=240,
-    )
+    _run_worker_side(_WORKER_SIDE, entry / "add.py", cache, tmp_path / "modules")
     assert sorted(p.name for p in cache.iterdir()) == before
 
 
@@ -207,24 +222,8 @@ def _add(""",
     "_add[lambda META: (triton.cdiv(n, META['BLOCK']),)](x, y, out, n)",
 )
 
-_AUTOTUNER_SIDE = textwrap.dedent(
+_AUTOTUNER_SIDE = _COMPILE_ONLY_WORKER + textwrap.dedent(
     """
-    import sys
-    from pathlib import Path
-    import torch
-    import triton
-    from triton.runtime import driver
-    from triton.backends.compiler import GPUTarget
-    from triton.runtime.jit import JITFunction
-    from tuned.evaluation.precompile import CompileOnlyDriver
-    from tuned.evaluation.worker import ModuleLoader
-    driver.set_active(CompileOnlyDriver(GPUTarget("cuda", 90, 32)))
-    original = JITFunction.run
-    def compile_only(fn, *args, grid, warmup, **kwargs):
-        return original(fn, *args, grid=grid, warmup=True, **kwargs)
-    JITFunction.run = compile_only
-    source = Path(sys.argv[1]).read_text()
-    add = ModuleLoader(Path(sys.argv[2])).load(source, directory_key="k", extra_files={})
     for n in (3000, 7, 9):  # the declared shapes and the derived one
         for dtype in (torch.float16, torch.float32):
             x, y = add.make_inputs({"N": n}, dtype, "cpu", 0)  # real tensors and pointers
@@ -252,14 +251,7 @@ def test_every_config_of_an_autotuned_kernel_is_compiled_ahead(
     assert done.compiled, done.result
     assert done.result.metadata["specializations"] >= 3 * 2, done.result.metadata  # x dtypes
     before = sorted(p.name for p in cache.iterdir())
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.update(TRITON_CACHE_DIR=str(cache), PYTHONPATH=str(ROOT), TRITON_HOME=str(cache.parent))
-    subprocess.run(
-        [sys.executable, "-c", _AUTOTUNER_SIDE, str(entry / "add.py"), str(tmp_path / "mods")],
-        env=env,
-        check=True,
-        timeout=600,
-    )
+    _run_worker_side(_AUTOTUNER_SIDE, entry / "add.py", cache, tmp_path / "mods", timeout=600)
     assert sorted(p.name for p in cache.iterdir()) == before  # every launch a cache hit
 
 
