@@ -43,6 +43,7 @@ from typing import Any
 
 from tuned.errors import WorkerError
 from tuned.evaluation.channel import LineReader, parse_message
+from tuned.evaluation.gpu_turn import open_turn_file
 from tuned.evaluation.sandbox import descendants, exit_status
 from tuned.evaluation.settings import PHASES, EvaluationSettings
 from tuned.evaluation.shapes import derive_shapes
@@ -118,6 +119,8 @@ class WorkerClient:
         self.starts = 0
         self._requests = 0  # evaluate requests sent: each result must name its own
         self._child: _Child | None = None  # the running worker
+        #: The GPU turn its worker and spares take (tuned.evaluation.gpu_turn): with spares.
+        self._turn_fd: int | None = None
 
     # -- lifecycle
 
@@ -199,10 +202,15 @@ class WorkerClient:
         for proc in self._dying:
             proc.wait()
         self._dying = []
+        if self._turn_fd is not None:
+            os.close(self._turn_fd)
+            self._turn_fd = None
 
     def _spawn(self, directory: Path) -> _Child:
         directory.mkdir(parents=True, exist_ok=True)
         try:
+            if self.spares and self._turn_fd is None:
+                self._turn_fd = open_turn_file(self.workdir / "gpu-turn.lock")
             proc, req_w, res_r = spawn_child(
                 self.python,
                 "tuned.evaluation.worker",
@@ -210,6 +218,7 @@ class WorkerClient:
                 settings=self.settings,
                 cache_dir=self.cache_dir,
                 env=self.env,
+                turn_fd=self._turn_fd,
             )
         except OSError as exc:
             raise WorkerError(f"cannot start the evaluation worker ({self.python}): {exc}") from exc
@@ -483,6 +492,7 @@ class WorkerClient:
             # (on an H100, five caches of a fifth each still left 300 MiB free).
             "case_cache_share": self._cache_share(spare=False),
             "timing": dataclasses.asdict(self.settings.timing),
+            "turn_wait_s": self.settings.turn_wait_s,
         }
 
     def _cache_share(self, *, spare: bool) -> float:

@@ -24,6 +24,7 @@ reference for that set.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -45,6 +46,7 @@ from tuned.evaluation.checks import (
     short,
     unwritten_elements,
 )
+from tuned.evaluation.gpu_turn import GpuTurn
 from tuned.evaluation.invoke import entry_call, resolve
 from tuned.evaluation.modules import ModuleLoader, entry_key, inputs_module
 from tuned.evaluation.runners import RunnerPool, RunnerProcess
@@ -55,6 +57,13 @@ __all__ = ["INTERPRETER_TIMING_SIZE", "Case", "Evaluation"]
 
 # In the interpreter, timing only ranks candidates on this CPU: keep it cheap.
 INTERPRETER_TIMING_SIZE = 1 << 16
+#: Seconds a spare waits for the GPU turn for each case it makes (a worker's benchmark phase
+#: holds it) before it goes ahead without it (tuned.evaluation.gpu_turn); the benchmark phase
+#: waits ``EvaluationSettings.turn_wait_s``.
+SPARE_TURN_WAIT_S = 120.0
+#: What the judge's allocator may keep cached unused after making a case (see
+#: :meth:`Evaluation.release_unused`).
+UNUSED_BYTES = 1 << 30
 _OUTCOMES = frozenset(
     {"cheat", "incorrect", "nan", "runtime_error", "compile_error", "crash", "rejected_static"}
 )
@@ -98,6 +107,7 @@ class Evaluation:
         cache: CaseCache | None = None,
         *,
         correctness_only: bool = False,
+        turn: GpuTurn | None = None,
     ) -> None:
         original = str(request["kernel"]["original_source"])
         raw_incumbent = (request.get("options") or {}).get("incumbent") or {}
@@ -107,6 +117,9 @@ class Evaluation:
         request = runnable_request(request)  # injected knobs written into the modules
         self.kernel = request["kernel"]
         self.correctness_only = correctness_only  # a spare's preparation: no benchmark
+        #: The client's GPU turn (tuned.evaluation.gpu_turn): the benchmark phase holds it,
+        #: a spare's preparation takes it case by case.
+        self.turn = turn or GpuTurn()
         self.candidate = request["candidate"]
         self.options = request["options"]
         self.loader = loader
@@ -154,9 +167,26 @@ class Evaluation:
         from tuned.evaluation.checks import clone_inputs
 
         reference = self._reference.at(case.dims)
-        return self.cache.reference(
-            self.case_key(case), "reference", lambda: reference(*clone_inputs(pristine))
-        )
+
+        def compute() -> Any:
+            outputs = reference(*clone_inputs(pristine))
+            self.release_unused()
+            return outputs
+
+        return self.cache.reference(self.case_key(case), "reference", compute)
+
+    def release_unused(self) -> None:
+        """Give back what PyTorch's allocator holds unused in this process once it passes
+        :data:`UNUSED_BYTES`: a reference (PyTorch eager, often in float32 with its
+        intermediates: a cross entropy over 8192 x 128256 logits) leaves gigabytes cached here
+        that the runner, another process on the same GPU, cannot have (on the H100 a runner
+        ran out of memory for 2 GiB while another process, the judge or a spare, held 66 GiB)."""
+        if self.device != "cuda":
+            return
+        import torch
+
+        if torch.cuda.memory_reserved() - torch.cuda.memory_allocated() > UNUSED_BYTES:
+            torch.cuda.empty_cache()
 
     def enter(self, phase: str) -> None:
         now = time.monotonic()
@@ -383,16 +413,20 @@ class Evaluation:
         def inputs_of(case: Case) -> list[Any]:
             """The case's inputs (made once per judge, see case_cache); only ever read."""
             dtype = getattr(torch, case.dtype)
-            return self.cache.inputs(
-                self.case_key(case),
-                lambda: make_inputs(dict(case.dims), dtype, self.device, case.seed),
-            )
+
+            def make() -> list[Any]:
+                made = make_inputs(dict(case.dims), dtype, self.device, case.seed)
+                self.release_unused()
+                return made  # type: ignore[no-any-return]
+
+            return self.cache.inputs(self.case_key(case), make)
 
         self.enter("compile")
-        first_inputs = inputs_of(cases[0])
         deferred: list[CaseFailure] = []
         try:
-            first_out = self.call(candidate, cases[0], first_inputs, "nan", deferred=deferred)
+            with self._spare_turn():
+                first_inputs = inputs_of(cases[0])
+                first_out = self.call(candidate, cases[0], first_inputs, "nan", deferred=deferred)
         except CaseFailure:
             raise
         except Exception as exc:
@@ -416,7 +450,8 @@ class Evaluation:
                 first = first_out if index == 0 else None
                 if index == 0 and deferred:
                     raise deferred[0]
-                self.check_case(case, candidate, pristine, first, signatures)
+                with self._spare_turn():
+                    self.check_case(case, candidate, pristine, first, signatures)
             except Exception as exc:
                 failure = (
                     exc if isinstance(exc, CaseFailure) else classify_exception(exc, "correctness")
@@ -432,7 +467,8 @@ class Evaluation:
         timing = JudgedTiming(self, TimingSettings(**self.options.get("timing", {})))
         if self.correctness_only:  # a spare: the timed inputs made ahead, nothing timed
             for case in self.timed_cases(cases):
-                timing.prepare(case, inputs_of)
+                with self._spare_turn():
+                    timing.prepare(case, inputs_of)
             self.enter("done")
             return {"outcome": "ok", "phase_seconds": self.phase_seconds}
 
@@ -446,19 +482,22 @@ class Evaluation:
         samples: dict[str, list[float]] = {}
         incumbent_samples: dict[str, list[float]] = {}
         screened: list[str] = []
-        for case in self.timed_cases(cases):
-            try:
-                mine, theirs, cut = timing.time_case(case, candidate, incumbent, inputs_of)
-            except CaseFailure as failure:
-                failure.reason = f"{case.label}: {failure.reason}"
-                raise
-            except Exception as exc:
-                raise classify_exception(exc, "benchmark") from exc
-            samples[case.label] = mine
-            if cut:
-                screened.append(case.label)
-            if theirs:
-                incumbent_samples[case.label] = theirs
+        waited = self.turn.waited_s
+        with self.turn.hold(float(self.options.get("turn_wait_s", 30.0))) as held:
+            turn = {"held": held, "waited_s": round(self.turn.waited_s - waited, 4)}
+            for case in self.timed_cases(cases):
+                try:
+                    mine, theirs, cut = timing.time_case(case, candidate, incumbent, inputs_of)
+                except CaseFailure as failure:
+                    failure.reason = f"{case.label}: {failure.reason}"
+                    raise
+                except Exception as exc:
+                    raise classify_exception(exc, "benchmark") from exc
+                samples[case.label] = mine
+                if cut:
+                    screened.append(case.label)
+                if theirs:
+                    incumbent_samples[case.label] = theirs
         self.enter("done")
         timings = {label: statistics.median(v) for label, v in samples.items()}
         objective = math.exp(sum(math.log(max(t, 1e-12)) for t in timings.values()) / len(timings))
@@ -483,8 +522,16 @@ class Evaluation:
                 },
                 "compile": summarize_compile_facts(self._compiled),
                 "timed_by": "judge",
+                **({"gpu_turn": turn} if self.turn.fd is not None else {}),
             },
         }
+
+    def _spare_turn(self) -> contextlib.AbstractContextManager[bool]:
+        """A spare's preparation takes the GPU turn case by case; an evaluation's correctness
+        checks need none (the worker's own, before its benchmark phase)."""
+        if self.correctness_only:
+            return self.turn.hold(SPARE_TURN_WAIT_S)
+        return contextlib.nullcontext(False)
 
     def check_case(
         self,

@@ -35,6 +35,9 @@ class EvaluationSettings:
     #: One hard deadline per candidate, from its request to its result, that no message of
     #: the worker extends (``None``: the sum of the phase deadlines).
     candidate_timeout_s: float | None = None
+    #: Seconds the benchmark phase waits for the GPU turn while a spare makes case data on
+    #: the same GPU, before it times without it (tuned.evaluation.gpu_turn).
+    turn_wait_s: float = 30.0
 
     def deadline(self, phase: str) -> float:
         return {

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tuned.evaluation.gpu_turn import FD_VARIABLE
 from tuned.evaluation.sandbox import WORKDIR, check_sandbox, sandboxed
 
 if TYPE_CHECKING:
@@ -75,6 +76,7 @@ def spawn_child(
     settings: EvaluationSettings,
     cache_dir: Path,
     env: Mapping[str, str] | None = None,
+    turn_fd: int | None = None,
 ) -> tuple[subprocess.Popen[bytes], int, int]:
     """Start ``python -m module REQUEST_FD ANSWER_FD workdir/modules`` isolated: in the
     sandbox of ``settings.sandbox`` (:mod:`tuned.evaluation.sandbox`: writable only its
@@ -82,7 +84,8 @@ def spawn_child(
     ``/ktuned/triton-cache`` and ``/ktuned/tmp``, and a private ``/tmp``), its own session and
     process group (killed as a whole), the scrubbed environment of :func:`worker_environment` with
     ``cache_dir`` as its Triton cache, stdout and stderr to ``workdir/stderr.log``; ``env`` is
-    set over the inherited environment (a GPU's ``CUDA_VISIBLE_DEVICES``). Returns the
+    set over the inherited environment (a GPU's ``CUDA_VISIBLE_DEVICES``); ``turn_fd``, the
+    client's GPU turn (:mod:`tuned.evaluation.gpu_turn`), stays open in the child. Returns the
     process, the fd to write requests to and the fd to read answers from. Raises ``OSError``
     (with nothing left open) when it cannot start, :class:`~tuned.evaluation.sandbox.SandboxError`
     when the sandbox cannot run here."""
@@ -105,6 +108,10 @@ def spawn_child(
         child_env.update(
             TRITON_CACHE_DIR=f"{WORKDIR}/triton-cache", TRITON_HOME=WORKDIR, TMPDIR=f"{WORKDIR}/tmp"
         )
+    extra_fds: tuple[int, ...] = ()
+    if turn_fd is not None:
+        child_env[FD_VARIABLE] = str(turn_fd)
+        extra_fds = (turn_fd,)
     req_r, req_w = os.pipe()
     res_r, res_w = os.pipe()
     launch = sandboxed(
@@ -113,7 +120,7 @@ def spawn_child(
         env=child_env,
         writable=writable,
         cwd=cwd,
-        pass_fds=(req_r, res_w),
+        pass_fds=(req_r, res_w, *extra_fds),
     )
     try:
         with open(workdir / "stderr.log", "wb") as stderr:

@@ -31,6 +31,7 @@ from typing import Any
 
 from tuned.evaluation.case_cache import CaseCache
 from tuned.evaluation.checks import CaseFailure, short
+from tuned.evaluation.gpu_turn import GpuTurn
 from tuned.evaluation.judge import INTERPRETER_TIMING_SIZE, Case, Evaluation
 from tuned.evaluation.modules import (
     Channel,
@@ -165,6 +166,7 @@ def prepare(
     device: str,
     pool: RunnerPool,
     cache: CaseCache,
+    turn: GpuTurn | None = None,
 ) -> dict[str, Any]:
     """A spare's preparation for a kernel (:class:`tuned.evaluation.client.WorkerClient`): the
     kernel's original module, at its baseline knobs, through load, compile and correctness.
@@ -172,7 +174,7 @@ def prepare(
     own runner (PyTorch and Triton load lazily on a first call), so a re-measurement in this
     worker spends its time on the candidate. Nothing is timed; phases are not reported."""
     evaluation = Evaluation(
-        request, loader, device, lambda message: None, pool, cache, correctness_only=True
+        request, loader, device, lambda message: None, pool, cache, correctness_only=True, turn=turn
     )
     try:
         evaluation.run()
@@ -194,10 +196,11 @@ def evaluate(
     send: Any,
     pool: RunnerPool,
     cache: CaseCache,
+    turn: GpuTurn | None = None,
 ) -> tuple[dict[str, Any], bool]:
     """One request's result and whether it is fatal for the worker. The runners it used end,
     but the own runner after a request that went well on the user's own source."""
-    evaluation = Evaluation(request, loader, device, send, pool, cache)
+    evaluation = Evaluation(request, loader, device, send, pool, cache, turn=turn)
     fatal = False
     try:
         result = evaluation.run()
@@ -280,20 +283,22 @@ def _holds_stray_memory(device: str, cache: CaseCache, pool: RunnerPool) -> bool
     return True
 
 
-def _serve(channel: Channel, device: str, loader: ModuleLoader, pool: RunnerPool) -> None:
+def _serve(
+    channel: Channel, device: str, loader: ModuleLoader, pool: RunnerPool, turn: GpuTurn
+) -> None:
     cache = CaseCache()  # lives as long as the worker: inputs and references of every case
     while True:
         request = channel.receive()
         if request is None or request.get("op") == "exit":
             return
         if request.get("op") == "prepare":
-            answer = prepare(request, loader, device, pool, cache)
+            answer = prepare(request, loader, device, pool, cache, turn)
             _return_device_memory(device)
             channel.send(answer)
             if answer.get("fatal"):
                 return  # e.g. a CUDA fault: the context is unusable, the client starts another
             continue
-        once = functools.partial(evaluate, request, loader, device, channel.send, pool, cache)
+        once = functools.partial(evaluate, request, loader, device, channel.send, pool, cache, turn)
         result, fatal = retry_out_of_memory(once(), once, device, cache)
         _return_device_memory(device)
         if not fatal and _holds_stray_memory(device, cache, pool):
@@ -313,6 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("cannot make the judge non-dumpable (prctl); runners may trace it", file=sys.stderr)
     os.dup2(2, 1)  # library prints go to the stderr log, never into the protocol
     channel = Channel(in_fd, out_fd)
+    turn = GpuTurn.from_environment()  # before any runner starts: they never hold it
     import torch
 
     device = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
@@ -332,7 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
     )
     try:
-        _serve(channel, device, ModuleLoader(workdir / "judge"), pool)
+        _serve(channel, device, ModuleLoader(workdir / "judge"), pool, turn)
     finally:
         pool.close()
     return 0

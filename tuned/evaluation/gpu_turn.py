@@ -1,0 +1,98 @@
+"""One timing at a time on a GPU: the worker's timing waits while a spare makes case data.
+
+A client's spares prepare (:class:`tuned.evaluation.client.WorkerClient`: make every case's
+inputs and reference outputs, run the original) while its worker times candidates. On the
+H100 that overlapped for minutes of a campaign (each re-measurement uses up a spare, and the
+spare started in its place prepares every kernel evaluated so far), and the work a neighbour
+adds to both sides of an interleaved comparison pulls its ratio towards 1: displayed speedups
+came out 2 to 12 % below the referee's, re-measured on an idle GPU.
+
+So the processes of one client take *turns* on its GPU: the worker holds the turn for its
+whole benchmark phase, a spare for each case it makes. The turn is a POSIX record lock
+(``fcntl.lockf``) on a file in the client's directory, whose descriptor the client passes to
+each worker it starts (environment variable :data:`FD_VARIABLE`); record locks belong to a
+process, so every worker conflicts with every other although they share the open file. The
+runners that a worker starts do not inherit the descriptor, and the file is outside every
+sandbox, so candidate code can neither take nor hold the turn. Waits are bounded: past
+``wait_s`` the holder works without the turn (a hung spare delays a timing, never stops it),
+and says so in the result's metadata.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["FD_VARIABLE", "GpuTurn", "open_turn_file"]
+
+#: The environment variable that names the turn's descriptor in a worker.
+FD_VARIABLE = "KTUNED_GPU_TURN_FD"
+
+_POLL_S = 0.002
+
+
+def open_turn_file(path: Path) -> int:
+    """The descriptor of the turn file at ``path`` (created, owner-only), for the client to
+    pass to its workers. Not inherited by anything else it starts."""
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+
+@dataclass
+class GpuTurn:
+    """A worker's side of the turn; ``fd`` ``None``: no turn to take (no spares, or a process
+    started by hand), and :meth:`hold` holds nothing."""
+
+    fd: int | None = None
+    #: Seconds waited for the turn and the holds that went ahead without it, since made.
+    waited_s: float = 0.0
+    went_without: int = 0
+    _held: bool = field(default=False, repr=False)
+
+    @classmethod
+    def from_environment(cls) -> GpuTurn:
+        raw = os.environ.pop(FD_VARIABLE, "")  # runners started later do not learn it
+        if not raw.isdigit():
+            return cls()
+        fd = int(raw)
+        try:
+            os.fstat(fd)
+        except OSError:
+            return cls()
+        os.set_inheritable(fd, False)
+        return cls(fd)
+
+    @contextlib.contextmanager
+    def hold(self, wait_s: float) -> Iterator[bool]:
+        """Hold the turn for the block (waiting up to ``wait_s`` for it); yields whether it
+        is held (``False``: no turn here, or the wait ran out). Re-entrant: a hold inside a
+        hold holds nothing more."""
+        if self.fd is None or self._held:
+            yield self._held
+            return
+        started = time.monotonic()
+        held = False
+        while True:
+            try:
+                fcntl.lockf(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held = True
+                break
+            except OSError:
+                if time.monotonic() - started >= wait_s:
+                    break
+                time.sleep(_POLL_S)
+        self.waited_s += time.monotonic() - started
+        if not held:
+            self.went_without += 1
+        self._held = held
+        try:
+            yield held
+        finally:
+            if held:
+                self._held = False
+                with contextlib.suppress(OSError):
+                    fcntl.lockf(self.fd, fcntl.LOCK_UN)
