@@ -8,6 +8,7 @@ the runner (:func:`tuned.evaluation.runner.serve_fds`), the zygote answers with 
 zygote never ran candidate code, holds no input, reference or secret, and initialized no CUDA
 context (a child initializes its own), so what a child inherits is what a fresh process has.
 It reaps a child only when the judge asks for its exit status, so the pid is not reused before.
+It makes itself non-dumpable before it forks (as the judge does), and the runners inherit that.
 
 Requests (JSON, one per ``sendmsg``) and answers (JSON)::
 
@@ -87,9 +88,12 @@ def serve(sock: socket.socket) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     sock = socket.socket(fileno=int(args[0]))
-    from tuned.evaluation.modules import limit_resources
+    from tuned.evaluation.modules import limit_resources, refuse_tracing
 
     limit_resources()
+    # Non-dumpable, and so is every runner it forks: a runner can neither write the zygote's
+    # memory (which forks later candidates' runners) nor trace another runner.
+    refuse_tracing()
     import torch  # noqa: F401 - what every runner needs, imported once
     import triton  # noqa: F401
 
