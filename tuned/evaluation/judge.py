@@ -122,6 +122,17 @@ class Evaluation:
         self.turn = turn or GpuTurn()
         self.candidate = request["candidate"]
         self.options = request["options"]
+        incumbent = self.options.get("incumbent") or {}
+        #: The incumbent's identity (its code and knobs): what its timing calibration is kept by.
+        self.incumbent_key = (
+            hashlib.sha256(
+                json.dumps(
+                    [incumbent.get("source"), incumbent.get("knobs")], sort_keys=True, default=str
+                ).encode()
+            ).hexdigest()
+            if incumbent
+            else ""
+        )
         self.loader = loader
         self.device = device
         self.send = send

@@ -1,0 +1,85 @@
+"""The judge's timing plan on a GPU (tuned.evaluation.timing_judge), with a scripted runner:
+which calls it makes, and what its samples hold."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from profilers.timing import TimingSettings
+from tuned.evaluation.judge import Case
+from tuned.evaluation.timing_judge import JudgedTiming
+
+_FIXED = 1e-3  # seconds every request costs besides its repetitions
+_PER_CALL = {"candidate": 20e-6, "incumbent": 30e-6}
+_CAPTURE = 5e-3  # a runner's first call of a length captures its graph
+
+
+class _Scripted:
+    """An evaluation whose runners answer in scripted seconds (GPU-like)."""
+
+    device = "cuda"
+
+    def __init__(self, incumbent_key: str) -> None:
+        self.incumbent_key = incumbent_key
+        self.kernel = {"tolerance": {"float32": [1e-5, 1e-5]}}
+        self.calls: list[tuple[str, int]] = []
+        self.captured: set[tuple[str, int]] = set()
+
+    def timing_seeds(self, case: Case, count: int) -> list[int]:
+        return list(range(1000, 1000 + count))
+
+    def case_key(self, case: Case) -> Any:
+        return ("kernel", tuple(sorted(case.dims.items())), case.dtype, case.seed)
+
+    def reference_outputs(self, case: Case, inputs: Any) -> tuple[torch.Tensor]:
+        return (inputs[0] * 2,)
+
+    def timed_call(self, target: Any, case: Case, pristine: Any, poison: Any, **kw: Any) -> Any:
+        reps = int(kw["reps"])
+        slot = target.slot
+        self.calls.append((slot, reps))
+        seconds = _FIXED + reps * _PER_CALL[slot]
+        if (slot, reps) not in self.captured:
+            self.captured.add((slot, reps))
+            seconds += _CAPTURE
+        return ((pristine[0] * 2,) if kw.get("read") else ()), seconds
+
+
+def _time(evaluation: _Scripted, case: Case) -> tuple[list[float], list[float]]:
+    timing = JudgedTiming(evaluation, TimingSettings(screen_ms=0))  # type: ignore[arg-type]
+    candidate, incumbent = SimpleNamespace(slot="candidate"), SimpleNamespace(slot="incumbent")
+    mine, theirs, cut = timing.time_case(
+        case, candidate, incumbent, lambda c: [torch.full((64,), float(c.seed))]
+    )
+    assert not cut
+    return mine, theirs
+
+
+def test_the_incumbents_calibration_is_made_once_and_no_sample_holds_a_capture() -> None:
+    case = Case({"N": 64}, "float32", 0, True)
+    first = _Scripted("incumbent-a")
+    mine, theirs = _time(first, case)
+    # Every sample is the scripted per-call time: the graph of the timed length was captured
+    # before the rounds (a capture in round 1 made its sample 3-5x the others on the H100).
+    assert all(abs(s - _PER_CALL["candidate"]) < 1e-9 for s in mine), mine
+    assert all(abs(s - _PER_CALL["incumbent"]) < 1e-9 for s in theirs), theirs
+    calibration = {(slot, n) for slot, n in first.calls if n in (2, 12)}
+    assert calibration == {("candidate", 2), ("candidate", 12), ("incumbent", 2), ("incumbent", 12)}
+
+    # The next evaluation against the same incumbent (a later candidate): only the candidate
+    # is calibrated; the incumbent's repetitions are the same as before.
+    second = _Scripted("incumbent-a")
+    mine2, theirs2 = _time(second, case)
+    assert {slot for slot, n in second.calls if n in (2, 12)} == {"candidate"}
+    assert {n for slot, n in second.calls if slot == "incumbent"} == {
+        n for slot, n in first.calls if slot == "incumbent" and n not in (2, 12)
+    }
+    assert theirs2 == theirs and mine2 == mine
+
+    # A new incumbent (a new best) is calibrated again.
+    third = _Scripted("incumbent-b")
+    _time(third, case)
+    assert ("incumbent", 2) in third.calls and ("incumbent", 12) in third.calls
