@@ -113,6 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
         "on a GPU, 0 in the interpreter)",
     )
     tune.add_argument(
+        "--gpu-turn",
+        action="store_true",
+        help="GPU: the worker's timing waits while a spare makes case data on the same GPU "
+        "(docs/evaluation.md, 'One timing at a time'; off by default until measured)",
+    )
+    tune.add_argument(
         "--sandbox",
         choices=SANDBOX_MODES,
         default="bwrap",
@@ -305,6 +311,7 @@ def _tune(args: argparse.Namespace) -> int:
         benchmark_timeout_s=t,
         interpreter_max_size=args.interpreter_max_size,
         sandbox=SandboxSettings(mode=args.sandbox, hidden=(state,)),
+        gpu_turn=args.gpu_turn,
     )
     settings = TuneSettings(budget=args.budget, policy=args.policy, seed=args.seed)
     progress: list[Progress] = []

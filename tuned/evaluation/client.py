@@ -119,7 +119,8 @@ class WorkerClient:
         self.starts = 0
         self._requests = 0  # evaluate requests sent: each result must name its own
         self._child: _Child | None = None  # the running worker
-        #: The GPU turn its worker and spares take (tuned.evaluation.gpu_turn): with spares.
+        #: The GPU turn its worker and spares take (tuned.evaluation.gpu_turn): with spares,
+        #: where ``settings.gpu_turn`` asks for it.
         self._turn_fd: int | None = None
 
     # -- lifecycle
@@ -209,7 +210,7 @@ class WorkerClient:
     def _spawn(self, directory: Path) -> _Child:
         directory.mkdir(parents=True, exist_ok=True)
         try:
-            if self.spares and self._turn_fd is None:
+            if self.settings.gpu_turn and self.spares and self._turn_fd is None:
                 self._turn_fd = open_turn_file(self.workdir / "gpu-turn.lock")
             proc, req_w, res_r = spawn_child(
                 self.python,

@@ -8,14 +8,16 @@ adds to both sides of an interleaved comparison pulls its ratio towards 1: displ
 came out 2 to 12 % below the referee's, re-measured on an idle GPU.
 
 So the processes of one client take *turns* on its GPU: the worker holds the turn for its
-whole benchmark phase, a spare for each case it makes. The turn is a POSIX record lock
+whole benchmark phase, exclusively; spares hold it shared, each for one case it makes (they
+may prepare together, never while the worker times). The turn is a POSIX record lock
 (``fcntl.lockf``) on a file in the client's directory, whose descriptor the client passes to
 each worker it starts (environment variable :data:`FD_VARIABLE`); record locks belong to a
 process, so every worker conflicts with every other although they share the open file. The
 runners that a worker starts do not inherit the descriptor, and the file is outside every
 sandbox, so candidate code can neither take nor hold the turn. Waits are bounded: past
 ``wait_s`` the holder works without the turn (a hung spare delays a timing, never stops it),
-and says so in the result's metadata.
+and says so in the result's metadata. Off by default (``EvaluationSettings.gpu_turn``, ``ktuned
+tune --gpu-turn``) until a GPU run measures what it costs and what it fixes.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ __all__ = ["FD_VARIABLE", "GpuTurn", "open_turn_file"]
 FD_VARIABLE = "KTUNED_GPU_TURN_FD"
 
 _POLL_S = 0.002
+#: The bytes of the turn file that are locked: the turn itself, and the worker's intent.
+_TURN, _INTENT = 0, 1
 
 
 def open_turn_file(path: Path) -> int:
@@ -67,24 +71,32 @@ class GpuTurn:
         return cls(fd)
 
     @contextlib.contextmanager
-    def hold(self, wait_s: float) -> Iterator[bool]:
+    def hold(self, wait_s: float, *, shared: bool = False) -> Iterator[bool]:
         """Hold the turn for the block (waiting up to ``wait_s`` for it); yields whether it
         is held (``False``: no turn here, or the wait ran out). Re-entrant: a hold inside a
-        hold holds nothing more."""
+        hold holds nothing more.
+
+        ``shared`` (a spare making a case): any number of spares hold it together, none while
+        the worker times. The worker (exclusive) first marks its *intent* (a lock on a second
+        byte), which stops new shared holds, then waits for the ones in flight: spares
+        preparing one after another never starve it, and never wait for each other (the
+        first version, exclusive for every process, made the spares' preparations one at a
+        time, and a re-measurement waited for all of them: most likely why the H100's second
+        evaluation of a campaign came 67 s after the first)."""
         if self.fd is None or self._held:
             yield self._held
             return
         started = time.monotonic()
-        held = False
+        held = intent = False
         while True:
-            try:
-                fcntl.lockf(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                held = True
+            if shared:
+                held = self._shared_unless_intent()
+            else:
+                intent = intent or self._try(fcntl.LOCK_EX, _INTENT)
+                held = intent and self._try(fcntl.LOCK_EX, _TURN)
+            if held or time.monotonic() - started >= wait_s:
                 break
-            except OSError:
-                if time.monotonic() - started >= wait_s:
-                    break
-                time.sleep(_POLL_S)
+            time.sleep(_POLL_S)
         self.waited_s += time.monotonic() - started
         if not held:
             self.went_without += 1
@@ -92,7 +104,23 @@ class GpuTurn:
         try:
             yield held
         finally:
-            if held:
-                self._held = False
-                with contextlib.suppress(OSError):
-                    fcntl.lockf(self.fd, fcntl.LOCK_UN)
+            self._held = False
+            for byte, locked in ((_TURN, held), (_INTENT, intent)):
+                if locked:
+                    with contextlib.suppress(OSError):
+                        fcntl.lockf(self.fd, fcntl.LOCK_UN, 1, byte)
+
+    def _try(self, how: int, byte: int) -> bool:
+        assert self.fd is not None
+        try:
+            fcntl.lockf(self.fd, how | fcntl.LOCK_NB, 1, byte)
+        except OSError:
+            return False
+        return True
+
+    def _shared_unless_intent(self) -> bool:
+        assert self.fd is not None
+        if not self._try(fcntl.LOCK_SH, _INTENT):  # the worker waits to time: let it
+            return False
+        fcntl.lockf(self.fd, fcntl.LOCK_UN, 1, _INTENT)
+        return self._try(fcntl.LOCK_SH, _TURN)

@@ -541,7 +541,7 @@ class Evaluation:
         """A spare's preparation takes the GPU turn case by case; an evaluation's correctness
         checks need none (the worker's own, before its benchmark phase)."""
         if self.correctness_only:
-            return self.turn.hold(SPARE_TURN_WAIT_S)
+            return self.turn.hold(SPARE_TURN_WAIT_S, shared=True)
         return contextlib.nullcontext(False)
 
     def check_case(
