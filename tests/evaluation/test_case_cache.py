@@ -269,17 +269,21 @@ def test_out_of_gpu_memory_is_retried_once_after_the_cache_gives_its_memory_back
     def again(result: dict[str, object]) -> object:
         def run() -> tuple[dict[str, object], bool]:
             calls.append(1)
+            # The retry keeps its cases in host memory: none lands in the device tier.
+            _visit(cache, 3, made, computed)
+            assert cache.resident is False and cache.held_bytes == 0
             return dict(result), False
 
         return run
 
-    cache, made, computed = CaseCache(1 << 20, spill_bytes=0), [], []
+    cache, made, computed = CaseCache(1 << 20, spill_bytes=1 << 20), [], []
     _visit(cache, 2, made, computed)
     assert cache.held_bytes > 0
     result, fatal = retry_out_of_memory((dict(oom), False), again(ok), "cuda", cache)  # type: ignore[arg-type]
     assert result["outcome"] == "ok" and not fatal and len(calls) == 1
     assert "out of GPU memory on the first try" in result["metadata"]["retried"]  # type: ignore[index]
-    assert cache.held_bytes == 0
+    assert cache.held_bytes == 0 and cache.stats.spill_bytes > 0
+    assert cache.resident is True  # the next evaluation keeps cases on the device again
     # Twice out of memory: the second result stands (one retry, never a loop).
     result, _ = retry_out_of_memory((dict(oom), False), again(oom), "cuda", cache)  # type: ignore[arg-type]
     assert result["outcome"] == "runtime_error" and len(calls) == 2

@@ -212,6 +212,10 @@ class CaseCache:
         self._group: Hashable = None  # the group of the latest request
         #: The group in use evicts no other group's entries (see the module docstring).
         self.guest = False
+        #: ``False``: nothing is admitted to, or moved back into, the device tier (an
+        #: evaluation retried after it ran out of device memory: its cases go to host memory,
+        #: so the judge's own work, a PyTorch reference's intermediates, has the room).
+        self.resident = True
 
     @property
     def held_bytes(self) -> int:
@@ -318,6 +322,8 @@ class CaseCache:
         """Move a spilled entry back to the resident tier when it fits there now (room made
         from other kernels' entries only): a spare that prepared with a small share, then took
         over with the running worker's, gets its cases resident on their first use."""
+        if not self.resident:
+            return
         while not self._fits(entry.nbytes, False, entry.device) and self._victim(False) is not None:
             self._evict(False)
         if key not in self._entries or not self._fits(entry.nbytes, False, entry.device):
@@ -334,7 +340,7 @@ class CaseCache:
         nbytes = _nbytes(value)
         device = _device_of(value)
         group = self._group
-        for spilled in (False, True):
+        for spilled in (False, True) if self.resident else (True,):
             while not self._fits(nbytes, spilled, device) and self._victim(spilled) is not None:
                 self._evict(spilled)
             if self._fits(nbytes, spilled, device):

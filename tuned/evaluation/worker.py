@@ -232,10 +232,13 @@ def retry_out_of_memory(
     cache: CaseCache,
 ) -> tuple[dict[str, Any], bool]:
     """``first`` (an evaluation's result and whether it is fatal), or, when it ran out of GPU
-    memory, ``again()`` after the case cache gave its device memory back: the memory was the
-    cache's (or a spare's, or another process's on the device), not necessarily the
-    candidate's fault, and an original failed so leaves its kernel untuned. Once only; the
-    retry is said in the result's ``metadata.retried``."""
+    memory, ``again()`` after the case cache gave its device memory back, keeping its cases in
+    host memory only for the retry: the memory was the cache's (or a spare's, or another
+    process's on the device), not necessarily the candidate's fault, and an original failed
+    so leaves its kernel untuned (on the H100, Liger's cross entropy forward and backward ran
+    out of memory in the judge, 47 GiB allocated there, most of it cases, when its reference
+    asked for 7.8 GiB more). Once only; the retry is said in the result's
+    ``metadata.retried``."""
     result, fatal = first
     if fatal or device != "cuda" or not _out_of_memory(result):
         return first
@@ -244,7 +247,11 @@ def retry_out_of_memory(
 
     torch.cuda.empty_cache()
     print(f"out of GPU memory; retrying once, {freed >> 20} MiB of cases freed", file=sys.stderr)
-    retried, fatal = again()
+    cache.resident = False
+    try:
+        retried, fatal = again()
+    finally:
+        cache.resident = True
     note = f"out of GPU memory on the first try ({short(str(result.get('reason', '')), 200)})"
     retried["metadata"] = {**(retried.get("metadata") or {}), "retried": note}
     return retried, fatal
