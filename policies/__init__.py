@@ -13,6 +13,8 @@ name                         policy
 ``hierarchical_nocluster``   the same with a single cluster (ablation)
 ``hierarchical_gp``          the same with the Gaussian-process model arm
                              (:mod:`policies.surrogate`) from the first decision on
+``hierarchical_flat_gp``     the same, the GP arm open only while the incumbent's
+                             evaluated one-knob neighbours are a plateau (``flat_gate``)
 ``ucb``                      flat masked UCB over strategies, moves from the incumbent
 ``thompson``                 flat Thompson sampling over strategies
 ``discounted_ucb``           flat discounted UCB over strategies (non-stationary rewards)
@@ -31,6 +33,7 @@ from policies.base import Config, KnobValue, Policy, SearchSpace, Suggestion, Tr
 from policies.batch import propose_batch
 from policies.flat import (
     DiscountedUCBPolicy,
+    FlatGatedModelArmHierarchicalPolicy,
     ModelArmHierarchicalPolicy,
     ThompsonPolicy,
     UCBPolicy,
@@ -45,6 +48,7 @@ __all__ = [
     "POLICIES",
     "Config",
     "DiscountedUCBPolicy",
+    "FlatGatedModelArmHierarchicalPolicy",
     "GreedyLocalSearchPolicy",
     "HierarchicalPolicy",
     "HierarchicalSettings",
@@ -73,6 +77,7 @@ POLICIES: dict[str, Any] = {
         HierarchicalPolicy,
         UnclusteredHierarchicalPolicy,
         ModelArmHierarchicalPolicy,
+        FlatGatedModelArmHierarchicalPolicy,
         UCBPolicy,
         ThompsonPolicy,
         DiscountedUCBPolicy,

@@ -16,6 +16,7 @@ from policies.hierarchical import HierarchicalPolicy, HierarchicalSettings
 
 __all__ = [
     "DiscountedUCBPolicy",
+    "FlatGatedModelArmHierarchicalPolicy",
     "ModelArmHierarchicalPolicy",
     "ThompsonPolicy",
     "UCBPolicy",
@@ -60,3 +61,13 @@ class ModelArmHierarchicalPolicy(HierarchicalPolicy):
 
     name: ClassVar[str] = "hierarchical_gp"
     default_settings: ClassVar[HierarchicalSettings] = HierarchicalSettings(model="gp")
+
+
+class FlatGatedModelArmHierarchicalPolicy(HierarchicalPolicy):
+    """The GP model arm opened only while the incumbent sits on a plateau (opt-in, issue 24:
+    ``HierarchicalSettings.flat_gate``)."""
+
+    name: ClassVar[str] = "hierarchical_flat_gp"
+    default_settings: ClassVar[HierarchicalSettings] = HierarchicalSettings(
+        model="gp", flat_gate=0.5, flat_tolerance=0.02
+    )

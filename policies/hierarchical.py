@@ -119,6 +119,16 @@ class HierarchicalSettings:
     #: spaces: it cost the best-first climb more than it found, see docs/decisions.md).
     stall_patience: int = 0
     reach_window: int = 20
+    #: *Flatness gate* (issue 24, opt-in; 0.0: off, the default). When > 0, the model and
+    #: restart arms open only while the incumbent's evaluated Hamming neighbourhood
+    #: (configurations that differ from it in one knob, any value) is a plateau: at least
+    #: ``flat_min_neighbours`` of them ran, and at least this fraction of them is within
+    #: ``flat_tolerance`` of its time (a categorical switch's plateau, as on pnpoly; an
+    #: isolated spike's neighbours, as on convolution_A100, are far slower). Policy
+    #: ``hierarchical_flat_gp``: the GP arm behind the gate (0.5, 2 %).
+    flat_gate: float = 0.0
+    flat_tolerance: float = 0.02
+    flat_min_neighbours: int = 6
     #: Level 2 with a profile: how much full headroom is worth, in log-latency.
     headroom_weight: float = 0.1
     headroom_candidates: int = 4
@@ -139,6 +149,8 @@ class HierarchicalSettings:
             raise ValueError(f"model_patience must be >= 0, got {self.model_patience}")
         if self.stall_patience < 0:
             raise ValueError(f"stall_patience must be >= 0, got {self.stall_patience}")
+        if not 0.0 <= self.flat_gate <= 1.0 or self.flat_tolerance < 0:
+            raise ValueError("flat_gate must be in [0, 1] and flat_tolerance >= 0")
         if self.reach_window < 0 or self.headroom_candidates < 1:
             raise ValueError("reach_window must be >= 0 and headroom_candidates >= 1")
         known = {s.name for s in STRATEGIES}
@@ -484,11 +496,12 @@ class HierarchicalPolicy:
         arms = self._reachable(log, [a for a in candidates if (a.cluster, a.strategy.name) in kept])
         incumbent = log.ranked[0][1]
         stalled = self._stalled_for(log)
-        model_open = stalled >= self.settings.model_patience
+        flat = not self.settings.flat_gate or self._flat(log)
+        model_open = flat and stalled >= self.settings.model_patience
         if self._model is not None and model_open and len(log.ok) >= 2:
             arms.append(_Arm(-1, CONFIG, (), incumbent, model=True))
         patience = self.settings.stall_patience
-        if patience and stalled >= patience:
+        if flat and patience and stalled >= patience:
             arms.append(_Arm(-1, CONFIG, (), incumbent, restart=True))
         while arms:
             for arm in arms:
@@ -505,6 +518,23 @@ class HierarchicalPolicy:
                 return arm
             arms = [a for a in arms if a is not arm]  # only pending moves left there
         return None
+
+    def _flat(self, log: TrialLog) -> bool:
+        """The flatness gate: is the incumbent's evaluated Hamming neighbourhood a plateau?"""
+        best = log.best
+        if best is None or best.code is None or best.time_s is None:
+            return False
+        limit = best.time_s * (1.0 + self.settings.flat_tolerance)
+        times = log.times
+        evaluated = close = 0
+        for c in log.index.hamming(best.code, self._all_knobs(log)):
+            t = times.get(c)
+            if t is not None:
+                evaluated += 1
+                close += t <= limit
+        if evaluated < self.settings.flat_min_neighbours:
+            return False
+        return close >= self.settings.flat_gate * evaluated
 
     def _stalled_for(self, log: TrialLog) -> int:
         """Evaluations since the incumbent was found."""
