@@ -63,7 +63,7 @@ def test_the_incumbents_calibration_is_made_once_and_no_sample_holds_a_capture()
     first = _Scripted("incumbent-a")
     mine, theirs = _time(first, case)
     # Every sample is the scripted per-call time: the graph of the timed length was captured
-    # before the rounds (a capture in round 1 made its sample 3-5x the others on the H100).
+    # before the rounds (a capture in round 1 made its sample up to 5x the others on the H100).
     assert all(abs(s - _PER_CALL["candidate"]) < 1e-9 for s in mine), mine
     assert all(abs(s - _PER_CALL["incumbent"]) < 1e-9 for s in theirs), theirs
     calibration = {(slot, n) for slot, n in first.calls if n in (2, 12)}
