@@ -50,6 +50,7 @@ from tuned.evaluation.gpu_turn import GpuTurn
 from tuned.evaluation.invoke import entry_call, resolve
 from tuned.evaluation.modules import ModuleLoader, entry_key, inputs_module
 from tuned.evaluation.runners import RunnerPool, RunnerProcess
+from tuned.evaluation.settings import EvaluationSettings
 from tuned.evaluation.shm import dtype_name, plan
 from tuned.registry.injection import runnable_request
 
@@ -122,15 +123,16 @@ class Evaluation:
         self.turn = turn or GpuTurn()
         self.candidate = request["candidate"]
         self.options = request["options"]
-        incumbent = self.options.get("incumbent") or {}
         #: The incumbent's identity (its code and knobs): what its timing calibration is kept by.
         self.incumbent_key = (
             hashlib.sha256(
                 json.dumps(
-                    [incumbent.get("source"), incumbent.get("knobs")], sort_keys=True, default=str
+                    [raw_incumbent.get("source"), raw_incumbent.get("knobs")],
+                    sort_keys=True,
+                    default=str,
                 ).encode()
             ).hexdigest()
-            if incumbent
+            if raw_incumbent
             else ""
         )
         self.loader = loader
@@ -494,7 +496,8 @@ class Evaluation:
         incumbent_samples: dict[str, list[float]] = {}
         screened: list[str] = []
         waited = self.turn.waited_s
-        with self.turn.hold(float(self.options.get("turn_wait_s", 30.0))) as held:
+        wait_s = float(self.options.get("turn_wait_s", EvaluationSettings.turn_wait_s))
+        with self.turn.hold(wait_s) as held:
             turn = {"held": held, "waited_s": round(self.turn.waited_s - waited, 4)}
             for case in self.timed_cases(cases):
                 try:
