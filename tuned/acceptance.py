@@ -57,13 +57,44 @@ class Interval:
         return {"speedup": self.speedup, "low": self.low, "high": self.high}
 
 
+def comparable(
+    candidate: Mapping[str, Sequence[float]], incumbent: Mapping[str, Sequence[float]]
+) -> bool:
+    """Whether the two have a timed case in common and every common case's median is
+    positive on both sides (a zero median is no time: nothing to divide by)."""
+    labels = set(candidate) & set(incumbent)
+    return bool(labels) and all(
+        len(side[label]) > 0 and float(np.median(side[label])) > 0
+        for label in labels
+        for side in (candidate, incumbent)
+    )
+
+
+def _check_comparable(
+    candidate: Mapping[str, Sequence[float]], incumbent: Mapping[str, Sequence[float]]
+) -> list[str]:
+    labels = sorted(set(candidate) & set(incumbent))
+    if not labels:
+        raise ValueError("no timed case in common between candidate and incumbent")
+    if not comparable(candidate, incumbent):
+        raise ValueError(
+            "a timed case has no positive median time on one side: "
+            + ", ".join(
+                label
+                for label in labels
+                if not all(
+                    len(s[label]) and float(np.median(s[label])) > 0 for s in (candidate, incumbent)
+                )
+            )
+        )
+    return labels
+
+
 def speedup_point(
     candidate: Mapping[str, Sequence[float]], incumbent: Mapping[str, Sequence[float]]
 ) -> float:
     """The speedup statistic ``S`` alone (:func:`speedup_interval`'s point estimate)."""
-    labels = sorted(set(candidate) & set(incumbent))
-    if not labels:
-        raise ValueError("no timed case in common between candidate and incumbent")
+    labels = _check_comparable(candidate, incumbent)
     logs = [
         math.log(float(np.median(incumbent[label])) / float(np.median(candidate[label])))
         for label in labels
@@ -78,9 +109,7 @@ def speedup_interval(
     settings: AcceptanceSettings = AcceptanceSettings(),
 ) -> Interval:
     """Point estimate and bootstrap interval of the incumbent/candidate speedup."""
-    labels = sorted(set(candidate) & set(incumbent))
-    if not labels:
-        raise ValueError("no timed case in common between candidate and incumbent")
+    labels = _check_comparable(candidate, incumbent)
     point = 0.0
     boot = np.zeros(settings.resamples)
     for label in labels:

@@ -6,9 +6,11 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 import torch
 
 from profilers.timing import TimingSettings
+from tuned.evaluation.checks import CaseFailure
 from tuned.evaluation.judge import Case
 from tuned.evaluation.timing_judge import JudgedTiming
 
@@ -83,3 +85,56 @@ def test_the_incumbents_calibration_is_made_once_and_no_sample_holds_a_capture()
     third = _Scripted("incumbent-b")
     _time(third, case)
     assert ("incumbent", 2) in third.calls and ("incumbent", 12) in third.calls
+
+
+class _Loaded(_Scripted):
+    """As :class:`_Scripted`, with every call ``load`` times slower (a neighbour on the GPU)
+    for the first ``loaded_calls`` calls."""
+
+    def __init__(self, incumbent_key: str, load: float, loaded_calls: int) -> None:
+        super().__init__(incumbent_key)
+        self.load, self.loaded_calls = load, loaded_calls
+
+    def timed_call(self, target: Any, case: Case, pristine: Any, poison: Any, **kw: Any) -> Any:
+        outputs, seconds = super().timed_call(target, case, pristine, poison, **kw)
+        return outputs, seconds * (self.load if len(self.calls) <= self.loaded_calls else 1.0)
+
+
+def test_a_calibration_made_on_a_loaded_gpu_is_not_reused_as_the_fixed_cost() -> None:
+    # On the H100 an incumbent calibrated while a neighbour loaded the GPU lent its inflated
+    # fixed cost to later evaluations: their short calls came out at zero seconds and the
+    # acceptance divided by zero (the campaign ended with a traceback).
+    case = Case({"N": 64}, "float32", 1, True)
+    _time(_Loaded("incumbent-loaded", load=20.0, loaded_calls=10**6), case)  # all loaded
+    idle = _Scripted("incumbent-loaded")
+    mine, theirs = _time(idle, case)
+    assert all(abs(s - _PER_CALL["candidate"]) < 1e-9 for s in mine), mine
+    assert all(abs(s - _PER_CALL["incumbent"]) < 1e-9 for s in theirs), theirs
+    # Its repetitions were far from the round's target: the next evaluation calibrates again.
+    again = _Scripted("incumbent-loaded")
+    _time(again, case)
+    assert ("incumbent", 2) in again.calls and ("incumbent", 12) in again.calls
+
+
+def test_zero_medians_are_timed_again_with_fresh_calibrations() -> None:
+    # The candidate's own calibration made under load (its fixed cost inflated): the rounds'
+    # medians are zero; the case is timed again, both targets calibrated afresh.
+    case = Case({"N": 64}, "float32", 2, True)
+    loaded = _Loaded("incumbent-z", load=30.0, loaded_calls=8)  # the candidate's calibration
+    mine, theirs = _time(loaded, case)
+    assert all(abs(s - _PER_CALL["candidate"]) < 1e-9 for s in mine), mine
+    assert all(abs(s - _PER_CALL["incumbent"]) < 1e-9 for s in theirs), theirs
+    assert sum(1 for slot, n in loaded.calls if slot == "incumbent" and n == 12) >= 2
+
+
+class _NoTime(_Scripted):
+    def timed_call(self, target: Any, case: Case, pristine: Any, poison: Any, **kw: Any) -> Any:
+        outputs, _ = super().timed_call(target, case, pristine, poison, **kw)
+        return outputs, _FIXED - kw["reps"] * 1e-9  # no longer with 1,000 repetitions than 2
+
+
+def test_a_kernel_the_clock_cannot_see_ends_gpu_busy_not_in_a_division_by_zero() -> None:
+    with pytest.raises(CaseFailure) as failed:
+        _time(_NoTime("incumbent-none"), Case({"N": 64}, "float32", 3, True))
+    assert failed.value.outcome == "gpu_busy"
+    assert "fixed cost" in failed.value.reason

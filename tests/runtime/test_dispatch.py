@@ -177,6 +177,14 @@ def test_a_shape_runs_only_what_beat_the_original_side_by_side_there() -> None:
     assert shape_bests(rows, "best", comparisons=close)[0].candidate_id == "best"
 
 
+def test_a_stored_comparison_with_zero_medians_is_left_out_not_fatal() -> None:
+    rows = [_row("base", {"N=1/float32": 1.0}), _row("best", {"N=1/float32": 0.50})]
+    twice = [_side_by_side("best", 0.5, 1.0, 1), _side_by_side("best", 0.5, 1.0, 2)]
+    zero = _side_by_side("best", 0.5, 0.0, 3)  # an incumbent timed at zero seconds
+    (only,) = shape_bests(rows, "best", comparisons=[*twice, zero])
+    assert only.candidate_id == "best" and only.speedup == pytest.approx(2.0)
+
+
 def _make_inputs(name: str):  # type: ignore[no-untyped-def]
     path = EXAMPLES / name / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"probe_{name}", path)

@@ -11,7 +11,8 @@ reads.
 - Interpreter: ``interpreter_reps`` rounds of one call each, candidate and incumbent
   alternating (ABAB, BABA), as :func:`profilers.timing.interleaved_timing` does.
 - GPU: a warm call of each calibration length, then up to three calibration pairs (the
-  incumbent's made once per judge and incumbent, then reused), an untimed call of each
+  incumbent's repetitions found once per judge and incumbent, then reused; the fixed cost is
+  always the candidate's, measured now), an untimed call of each
   target's timed length (its graph captured there, not in the first timed round), then
   ``graph_rounds`` rounds of ``reps`` calls sized so a round lasts ``target_ms / graph_rounds``
   of kernel time; the runner replays them from a
@@ -73,6 +74,32 @@ class JudgedTiming:
         screening ended the timing early."""
 
         ev = self.evaluation
+        for attempt in range(2):
+            candidate_s, incumbent_s, screened = self._time_case(
+                case, candidate, incumbent, inputs_of, fresh=attempt > 0
+            )
+            if all(statistics.median(s) > 0 for s in (candidate_s, incumbent_s) if s):
+                if incumbent_s and attempt == 0 and self._miscalibrated(case, incumbent_s):
+                    _CALIBRATIONS.pop(self._calibration_key(case), None)  # the next: afresh
+                return candidate_s, incumbent_s, screened
+            if incumbent is not None and ev.incumbent_key:  # a stale calibration: not again
+                _CALIBRATIONS.pop(self._calibration_key(case), None)
+        raise CaseFailure(  # not the candidate's doing: not measured (the judge adds the case)
+            "gpu_busy",
+            "timing: the median call was not longer than the calibrated fixed cost of a call, "
+            "twice (noise on the host or the GPU hid the kernel's time)",
+        )
+
+    def _time_case(
+        self,
+        case: Case,
+        candidate: Target,
+        incumbent: Target | None,
+        inputs_of: Callable[[Case], list[Any]],
+        *,
+        fresh: bool,
+    ) -> tuple[list[float], list[float], bool]:
+        ev = self.evaluation
         rounds = self.rounds
         cases, sets = self.timing_sets(case, inputs_of)
         atol, rtol = (float(v) for v in ev.kernel["tolerance"][case.dtype])
@@ -80,14 +107,21 @@ class JudgedTiming:
         shapes = ev.reference_outputs(cases[0], sets[0])  # the others' only when compared
         calibrated = [self._calibrate(targets[0], cases[0], sets[0])]
         if incumbent is not None:
-            calibrated.append(self._incumbent_calibration(incumbent, case, cases[0], sets[0]))
+            calibrated.append(
+                self._calibrate(incumbent, cases[0], sets[0])
+                if fresh
+                else self._incumbent_calibration(incumbent, case, cases[0], sets[0])
+            )
         reps = [r for r, _ in calibrated]
         if self.gpu:  # each target's graph of its timed length captured now, not in round 1
             for target, n in zip(targets, reps):
                 ev.timed_call(target, cases[0], sets[0], None, reps=n, stable=True, read=False)
-        # One fixed cost for every target (the same request, checks and copies each way):
-        # a per-target estimate's noise would be a bias between candidate and incumbent.
-        fixed = statistics.median(f for _, f in calibrated)
+        # One fixed cost for every target (the same request, checks and copies each way: a
+        # per-target estimate's noise would be a bias between candidate and incumbent),
+        # measured now: a reused calibration gives only the incumbent's repetitions (one
+        # made while a neighbour loaded the GPU, reused as the fixed cost, made the H100's
+        # short calls come out at zero).
+        fixed = calibrated[0][1]
         screen_after = 0
         if self.gpu and incumbent is not None and self.settings.screen_ms > 0:
             share = self.settings.screen_ms / max(self.settings.target_ms, 1e-9)
@@ -163,16 +197,32 @@ class JudgedTiming:
         """The incumbent's calibration on ``case``: measured once per judge and incumbent (the
         same code at the same knobs runs as long in every evaluation), then reused; on the
         H100 its 8 calibration calls per case were a fifth of a candidate's round trips."""
-        ev = self.evaluation
-        if not self.gpu or not ev.incumbent_key:
+        if not self.gpu or not self.evaluation.incumbent_key:
             return self._calibrate(incumbent, timed, inputs)
-        key = (ev.incumbent_key, ev.case_key(case), repr(self.settings))
+        key = self._calibration_key(case)
         known = _CALIBRATIONS.get(key)
         if known is None:
             if len(_CALIBRATIONS) >= _CALIBRATIONS_KEPT:
                 _CALIBRATIONS.clear()
             known = _CALIBRATIONS[key] = self._calibrate(incumbent, timed, inputs)
         return known
+
+    def _miscalibrated(self, case: Case, samples: list[float]) -> bool:
+        """Whether the incumbent's reused repetitions made its rounds far (4x) from
+        ``target_ms / graph_rounds`` of kernel time (a calibration made on a loaded GPU)."""
+        known = _CALIBRATIONS.get(self._calibration_key(case))
+        if known is None:
+            return False
+        reps = known[0]
+        round_s = self.settings.target_ms / 1e3 / max(1, self.settings.graph_rounds)
+        kernel_s = statistics.median(samples) * reps
+        short = kernel_s < round_s / 4 and reps < self.settings.max_reps  # (clamped: by design)
+        long = kernel_s > 4 * round_s and reps > self.settings.min_reps
+        return short or long
+
+    def _calibration_key(self, case: Case) -> tuple[str, Any, str]:
+        ev = self.evaluation
+        return (ev.incumbent_key, ev.case_key(case), repr(self.settings))
 
     def _calibrate(self, target: Target, case: Case, inputs: Sequence[Any]) -> tuple[int, float]:
         """(repetitions per timed call, seconds every call costs besides them).

@@ -24,7 +24,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tuned.acceptance import AcceptanceSettings, Interval, decide, speedup_interval
+from tuned.acceptance import (
+    AcceptanceSettings,
+    Interval,
+    comparable,
+    decide,
+    speedup_interval,
+)
 from tuned.store.base import ComparisonRow
 
 __all__ = ["CLAIM_SETTINGS", "ShapeClaim", "pick_variants", "shape_claims"]
@@ -75,7 +81,7 @@ def shape_claims(
             continue
         for label, mine in c.samples.items():
             theirs = c.incumbent_samples.get(label)
-            if mine and theirs:
+            if mine and theirs and comparable({label: mine}, {label: theirs}):
                 per.setdefault((c.candidate_id, label), []).append((list(mine), list(theirs)))
     rng = np.random.default_rng(seed)
     out: dict[tuple[str, str], ShapeClaim] = {}

@@ -15,6 +15,7 @@ from profilers.peaks import Peaks
 from tuned.acceptance import (
     AcceptanceSettings,
     Interval,
+    comparable,
     decide,
     speedup_interval,
     speedup_point,
@@ -278,6 +279,8 @@ def _interval(
     samples = result.metadata.get("samples") or {}
     incumbent = result.metadata.get("incumbent_samples") or {}
     if result.outcome is not Outcome.OK or not incumbent:
+        return None
+    if not comparable(samples, incumbent):  # no time to divide by: no comparison
         return None
     if not full and speedup_point(samples, incumbent) < 1.0 + settings.min_gain:
         return None
