@@ -172,6 +172,52 @@ class CampaignPipeline:
         self.forget(campaign.spec.name)
         return campaign.summary()
 
+    def run_all(
+        self,
+        campaigns: Sequence[Campaign],
+        on_first_step: Callable[[Campaign], None] | None = None,
+    ) -> list[CampaignSummary]:
+        """Step every campaign until each is finished (summaries in ``campaigns``' order),
+        on one GPU worker, never idle while any campaign has work ready: the campaign being
+        stepped keeps the GPU while it has a compiled candidate (its case data stays
+        resident); when all of its candidates are still compiling, another campaign that
+        has one, or that needs its baseline measured, takes over. On the H100 the worker
+        otherwise waited 75 of 190 s for compiles (a matmul configuration compiles in up to
+        80 s) with the next kernels' work ready. ``on_first_step(campaign)``: called before a
+        campaign's first step (to prepare the kernels after it)."""
+        active = list(campaigns)
+        summaries: dict[int, CampaignSummary] = {}
+        started: set[int] = set()
+        current = active[0] if active else None
+        while active:
+            campaign = current if current is not None and self._ready(current) else None
+            campaign = campaign or next((c for c in active if self._ready(c)), None)
+            if campaign is None:
+                futures = [i.future for c in active for i in self._queue(c)]
+                with self.interruptible():
+                    self._wait_any(futures, 1.0)
+                continue
+            current = campaign
+            if id(campaign) not in started:
+                started.add(id(campaign))
+                if on_first_step is not None:
+                    on_first_step(campaign)
+            if self.step(campaign) is None:
+                active.remove(campaign)
+                self.forget(campaign.spec.name)
+                summaries[id(campaign)] = campaign.summary()
+                current = active[0] if active else None
+        return [summaries[id(c)] for c in campaigns]
+
+    def _ready(self, campaign: Campaign) -> bool:
+        """Whether :meth:`step` would start on the GPU at once: a candidate is compiled (the
+        first proposed, ``in_order``), or nothing is in flight (the baseline, an evaluation
+        without the pool, or the end)."""
+        queue = self._queue(campaign)
+        self._fill(campaign, queue, evaluating=None)
+        items = list(queue)[:1] if self.settings.in_order else list(queue)
+        return not items or any(i.future.done() for i in items)
+
     def forget(self, kernel: str) -> None:
         """Drop a kernel's candidates in flight (its entry changed or left the registry);
         their compile jobs finish in the pool and are ignored."""

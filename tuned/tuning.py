@@ -2,8 +2,10 @@
 
 Scan the registry (invalid entries are recorded and reported, the rest go on), record every
 valid entry's generation, start one evaluation worker (when a Triton entry needs one; a
-replay entry gets its own :class:`~tuned.evaluation.replay.ReplayClient`), then run each
-kernel's campaign in turn.
+replay entry gets its own :class:`~tuned.evaluation.replay.ReplayClient`), then run the
+kernels' campaigns: with a compile pool, the Triton kernels' together, each keeping the GPU
+while it has a compiled candidate and handing it to another while its next ones compile
+(:meth:`~tuned.pipeline.CampaignPipeline.run_all`); else each in turn.
 
 The store is any :class:`~tuned.store.Store`: the state directory's SQLite file, or a fleet's
 PostgreSQL database (``ktuned tune --store URL``). There, each candidate is claimed before it
@@ -143,17 +145,25 @@ def tune_registry(
             from tuned.pipeline import pipeline_for
 
             pipeline = pipeline_for(client, workers=compile_workers)
-        summaries = []
+        summaries: list[CampaignSummary] = []
         kernels = [c for c in campaigns if c.spec.replay is None]
         following = {id(c): after.spec for c, after in itertools.pairwise(kernels)}
+
+        def first_step(campaign: Campaign) -> None:
+            campaign.on_result = callback
+            if id(campaign) in following:  # the next kernel's cases made while this runs
+                client.prepare_ahead(following[id(campaign)])
+
         try:
+            together: dict[int, CampaignSummary] = {}
+            if pipeline is not None:  # the Triton kernels together: the GPU never idles
+                done = pipeline.run_all(kernels, on_first_step=first_step)
+                together = {id(c): summary for c, summary in zip(kernels, done)}
             for campaign in campaigns:
-                campaign.on_result = callback
-                if id(campaign) in following:  # the next kernel's cases made while this runs
-                    client.prepare_ahead(following[id(campaign)])
-                if pipeline is not None and campaign.spec.replay is None:
-                    summaries.append(pipeline.run(campaign))
+                if id(campaign) in together:
+                    summaries.append(together[id(campaign)])
                 else:
+                    first_step(campaign)
                     summaries.append(campaign.run())
         finally:
             if pipeline is not None:
