@@ -15,6 +15,8 @@ name                         policy
                              (:mod:`policies.surrogate`) from the first decision on
 ``hierarchical_flat_gp``     the same, the GP arm open only while the incumbent's
                              evaluated one-knob neighbours are a plateau (``flat_gate``)
+``hierarchical_crossover``   the same with a crossover arm: children of two of the fastest
+                             configurations (:mod:`policies.crossover`)
 ``ucb``                      flat masked UCB over strategies, moves from the incumbent
 ``thompson``                 flat Thompson sampling over strategies
 ``discounted_ucb``           flat discounted UCB over strategies (non-stationary rewards)
@@ -32,6 +34,7 @@ from policies.annealing import SimulatedAnnealingPolicy
 from policies.base import Config, KnobValue, Policy, SearchSpace, Suggestion, Trial, config_key
 from policies.batch import propose_batch
 from policies.flat import (
+    CrossoverHierarchicalPolicy,
     DiscountedUCBPolicy,
     FlatGatedModelArmHierarchicalPolicy,
     ModelArmHierarchicalPolicy,
@@ -47,6 +50,7 @@ __all__ = [
     "DEFAULT_POLICY",
     "POLICIES",
     "Config",
+    "CrossoverHierarchicalPolicy",
     "DiscountedUCBPolicy",
     "FlatGatedModelArmHierarchicalPolicy",
     "GreedyLocalSearchPolicy",
@@ -78,6 +82,7 @@ POLICIES: dict[str, Any] = {
         UnclusteredHierarchicalPolicy,
         ModelArmHierarchicalPolicy,
         FlatGatedModelArmHierarchicalPolicy,
+        CrossoverHierarchicalPolicy,
         UCBPolicy,
         ThompsonPolicy,
         DiscountedUCBPolicy,

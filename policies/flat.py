@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from policies.crossover import CrossoverSettings
 from policies.hierarchical import HierarchicalPolicy, HierarchicalSettings
 
 __all__ = [
+    "CrossoverHierarchicalPolicy",
     "DiscountedUCBPolicy",
     "FlatGatedModelArmHierarchicalPolicy",
     "ModelArmHierarchicalPolicy",
@@ -70,4 +72,15 @@ class FlatGatedModelArmHierarchicalPolicy(HierarchicalPolicy):
     name: ClassVar[str] = "hierarchical_flat_gp"
     default_settings: ClassVar[HierarchicalSettings] = HierarchicalSettings(
         model="gp", flat_gate=0.5, flat_tolerance=0.02
+    )
+
+
+class CrossoverHierarchicalPolicy(HierarchicalPolicy):
+    """The hierarchical policy with the crossover arm (opt-in, issue 24): children of two of
+    the 8 fastest configurations, uniform crossover, the child its neighbours vouch for best
+    (``HierarchicalSettings.crossover``, :mod:`policies.crossover`)."""
+
+    name: ClassVar[str] = "hierarchical_crossover"
+    default_settings: ClassVar[HierarchicalSettings] = HierarchicalSettings(
+        crossover=CrossoverSettings(units="uniform")
     )

@@ -40,6 +40,9 @@ One decision (``suggest``):
    moves one knob to any value (:meth:`policies.moves.NeighbourProposer.any_value`) and
    starts over when its base has no free such neighbour. A proposal that beats the
    incumbent hands its basin to the best-first arms, which always expand the fastest parent.
+   A *crossover* arm (opt-in, ``crossover``; policy ``hierarchical_crossover``) proposes a
+   child of two of the fastest evaluated configurations (:mod:`policies.crossover`), its
+   parent the incumbent, credited like the model arm.
 
 ``observe`` credits the arm with KernelBand's reward, the child's relative latency
 reduction versus its parent clipped at 0 (failures: 0). State (arm statistics, clustering,
@@ -61,6 +64,7 @@ import numpy as np
 from clustering import ClusteringSettings, ClusterModel, RuntimeClusterer, feature_row
 from policies.arms import ArmSelector, ArmStats, BanditState, clipped_reward
 from policies.base import SearchSpace, Suggestion, Trial
+from policies.crossover import CrossoverProposer, CrossoverSettings
 from policies.density import DensityProposer, DensitySettings
 from policies.discounted import DiscountedUCBSelector, DiscountedUCBSettings
 from policies.history import TrialLog
@@ -86,6 +90,7 @@ _MODELS = ("gp", "tpe", "none")
 #: The model arm's name (and strategy): one arm, not one per cluster.
 MODEL_ARM = "model"
 RESTART_ARM = "restart"
+CROSSOVER_ARM = "crossover"
 
 
 @dataclass(frozen=True)
@@ -119,6 +124,13 @@ class HierarchicalSettings:
     #: spaces: it cost the best-first climb more than it found, see docs/decisions.md).
     stall_patience: int = 0
     reach_window: int = 20
+    #: *Crossover arm* (issue 24, opt-in; ``None``: off, the default). One more arm,
+    #: ``crossover``, proposes a child of two of the fastest evaluated configurations
+    #: (:mod:`policies.crossover`), credited like the model arm with its gain over the
+    #: incumbent. It opens once the incumbent has not improved for ``crossover_patience``
+    #: evaluations and, with ``flat_gate``, only while the incumbent sits on a plateau.
+    crossover: CrossoverSettings | None = None
+    crossover_patience: int = 0
     #: *Flatness gate* (issue 24, opt-in; 0.0: off, the default). When > 0, the model and
     #: restart arms open only while the incumbent's evaluated Hamming neighbourhood
     #: (configurations that differ from it in one knob, any value) is a plateau: at least
@@ -147,6 +159,8 @@ class HierarchicalSettings:
             raise ValueError("initial_random must be >= 1 (the baseline)")
         if self.model_patience < 0:
             raise ValueError(f"model_patience must be >= 0, got {self.model_patience}")
+        if self.crossover_patience < 0:
+            raise ValueError(f"crossover_patience must be >= 0, got {self.crossover_patience}")
         if self.stall_patience < 0:
             raise ValueError(f"stall_patience must be >= 0, got {self.stall_patience}")
         if not 0.0 <= self.flat_gate <= 1.0 or self.flat_tolerance < 0:
@@ -213,6 +227,12 @@ class _Arm:
     llm: bool = False  # applied by an LLM rewrite of the parent (no knob move)
     model: bool = False  # proposed by the density model over the whole space
     restart: bool = False  # a climb from a diverse start (see RESTART_ARM)
+    crossover: bool = False  # a child of two of the fastest candidates (see CROSSOVER_ARM)
+
+    @property
+    def global_arm(self) -> bool:
+        """One arm for the whole space (no cluster), its parent the incumbent."""
+        return self.model or self.restart or self.crossover
 
     @property
     def strategy_name(self) -> str:
@@ -220,11 +240,13 @@ class _Arm:
             return MODEL_ARM
         if self.restart:
             return RESTART_ARM
+        if self.crossover:
+            return CROSSOVER_ARM
         return llm_strategy_name(self.strategy.name) if self.llm else self.strategy.name
 
     @property
     def name(self) -> str:
-        if self.model or self.restart:
+        if self.global_arm:
             return self.strategy_name
         return f"{self.cluster}/{self.strategy_name}"
 
@@ -254,6 +276,13 @@ class HierarchicalPolicy:
             self._model = SurrogateProposer(settings=self.settings.surrogate)
         elif self.settings.model == "tpe":
             self._model = DensityProposer(settings=self.settings.density)
+        self._crossover = (
+            None
+            if self.settings.crossover is None
+            else CrossoverProposer(settings=self.settings.crossover, proposer=self._proposer)
+        )
+        self._crossover_child: int | None = None
+        self._groups: list[tuple[int, ...]] = []
         self._clusterer = (
             None
             if self.settings.clustering is None
@@ -297,6 +326,16 @@ class HierarchicalPolicy:
             )
         if arm is not None and arm.restart:
             return self._restart_move(log, rng, taken)
+        if arm is not None and arm.crossover and self._crossover_child is not None:
+            parent = log.ok[arm.parent]
+            child, self._crossover_child = self._crossover_child, None
+            return Suggestion(
+                knobs=log.index.decode(child),
+                strategy=CROSSOVER_ARM,
+                parent_id=parent.candidate_id,
+                arm=arm.name,
+                parent_time_s=parent.time_s,
+            )
         if arm is not None and arm.model and self._model is not None:
             parent = log.ok[arm.parent]
             code = self._model.propose(log, rng, taken)
@@ -349,7 +388,7 @@ class HierarchicalPolicy:
             ):
                 state.climb, state.climb_time_s = dict(suggestion.knobs), trial.time_s
             return
-        if suggestion.arm == MODEL_ARM:
+        if suggestion.arm in (MODEL_ARM, CROSSOVER_ARM):
             return
         window = self.settings.reach_window
         if window:
@@ -424,6 +463,7 @@ class HierarchicalPolicy:
         if log is not self._log:
             self._log = log
             groups = knob_groups(space, dict(self.settings.knob_groups))
+            self._groups = [log.index.movable(names) for names in groups.values()]
             self._strategy_knobs = []
             for strategy in STRATEGIES:
                 if strategy.name in self.settings.strategies:
@@ -503,12 +543,22 @@ class HierarchicalPolicy:
         patience = self.settings.stall_patience
         if flat and patience and stalled >= patience:
             arms.append(_Arm(-1, CONFIG, (), incumbent, restart=True))
+        crossover_open = flat and stalled >= self.settings.crossover_patience
+        if self._crossover is not None and crossover_open and len(log.times) >= 2:
+            arms.append(_Arm(-1, CONFIG, (), incumbent, crossover=True))
         while arms:
             for arm in arms:
                 self._seed_arm(arm.name, arm.strategy_name)
             bandit = self.state.bandit.with_pending(in_flight) if in_flight else self.state.bandit
             chosen = self._selector.select(bandit, [a.name for a in arms], rng)
             arm = next(a for a in arms if a.name == chosen)
+            if arm.crossover:
+                assert self._crossover is not None
+                self._crossover_child = self._crossover.propose(log, self._groups, rng, taken)
+                if self._crossover_child is not None:
+                    return arm
+                arms = [a for a in arms if a is not arm]  # no free child
+                continue
             if arm.model or arm.restart:
                 return arm
             parent = log.ok[arm.parent].code

@@ -256,6 +256,11 @@ class NeighbourProposer:
             return math.nan if not failed else self.settings.failure_penalty * failed
         return sum(logs) / len(logs) + self.settings.failure_penalty * failed
 
+    def best(self, log: TrialLog, options: list[int], rng: np.random.Generator) -> int:
+        """The option of ``options`` (non-empty) its evaluated one-step neighbours vouch
+        for best (:meth:`score`; unscored ones count as average, ties at random)."""
+        return self._best(log, options, rng)
+
     def _best(self, log: TrialLog, options: list[int], rng: np.random.Generator) -> int:
         """The option with the best (lowest) score; unscored ones count as average."""
         if len(options) == 1:
