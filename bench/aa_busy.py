@@ -43,6 +43,7 @@ if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
 
 from profilers.timing import TimingSettings, interleaved_timing
 from tuned.acceptance import AcceptanceSettings, decide, speedup_interval
+from tuned.evaluation.settings import JUDGE_TIMING
 
 
 def _spin(stop: Any) -> None:  # a busy process: pure Python work, like a compile
@@ -174,9 +175,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     fns = kernels(device)
     conditions = [(busy, graphs, False) for busy in (0, args.busy) for graphs in (True, False)]
     conditions.append((0, True, True))
-    out: dict[str, Any] = {"busy_processes": args.busy, "conditions": []}
+    out: dict[str, Any] = {
+        "busy_processes": args.busy,
+        "target_ms": args.target_ms,
+        "conditions": [],
+    }
     for busy, graphs, neighbour in conditions:
-        timing = TimingSettings(cuda_graphs=graphs)
+        timing = TimingSettings(cuda_graphs=graphs, target_ms=args.target_ms)
         with busy_cpu(busy), gpu_neighbour(neighbour, device):
             for name, fn in fns.items():
                 rows = [compare(fn, gpu, timing, seed) for seed in range(args.comparisons)]
@@ -210,6 +215,12 @@ def main() -> None:
     parser.add_argument("--comparisons", type=int, default=20)
     parser.add_argument("--busy", type=int, default=15, help="CPU-spinning processes")
     parser.add_argument("--out", type=Path, default=Path("aa_busy.json"))
+    parser.add_argument(
+        "--target-ms",
+        type=float,
+        default=JUDGE_TIMING.target_ms,
+        help="timed milliseconds per function and comparison (default: the judge's)",
+    )
     parser.add_argument("--smoke", action="store_true", help="CPU interpreter, few comparisons")
     args = parser.parse_args()
     if args.smoke:
