@@ -3,6 +3,8 @@ which calls it makes, and what its samples hold."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -138,3 +140,36 @@ def test_a_kernel_the_clock_cannot_see_ends_gpu_busy_not_in_a_division_by_zero()
         _time(_NoTime("incumbent-none"), Case({"N": 64}, "float32", 3, True))
     assert failed.value.outcome == "gpu_busy"
     assert "fixed cost" in failed.value.reason
+
+
+def test_a_spare_prepares_one_timed_set_per_hold_of_the_gpu_turn() -> None:
+    # Held per case, a spare kept the H100's worker waiting 0.6 s per candidate (a case's ten
+    # sets and their references); per set, the worker waits for one set at most.
+    depth = {"now": 0, "holds": 0}
+
+    @contextlib.contextmanager
+    def hold() -> Iterator[None]:
+        depth["now"] += 1
+        depth["holds"] += 1
+        try:
+            yield
+        finally:
+            depth["now"] -= 1
+
+    class _Checked(_Scripted):
+        def reference_outputs(self, case: Case, inputs: Any) -> tuple[torch.Tensor]:
+            assert depth["now"] == 1, "a reference made outside the turn"
+            return super().reference_outputs(case, inputs)
+
+    made: list[int] = []
+
+    def inputs_of(case: Case) -> list[torch.Tensor]:
+        assert depth["now"] == 1, "inputs made outside the turn"
+        made.append(case.seed)
+        return [torch.full((64,), float(case.seed))]
+
+    timing = JudgedTiming(_Checked("incumbent-p"), TimingSettings())  # type: ignore[arg-type]
+    timing.prepare(Case({"N": 64}, "float32", 4, True), inputs_of, hold=hold)
+    sets = len(set(made))
+    assert sets == timing.rounds  # small inputs: a set per round
+    assert depth["holds"] == sets + 1  # one per set, and one to size them

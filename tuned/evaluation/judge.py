@@ -459,7 +459,8 @@ class Evaluation:
                         skipped.append(f"{case.label} (derived; refused by the input maker)")
                         continue
                 else:
-                    pristine = first_inputs if index == 0 else inputs_of(case)
+                    with self._spare_turn():
+                        pristine = first_inputs if index == 0 else inputs_of(case)
                 first = first_out if index == 0 else None
                 if index == 0 and deferred:
                     raise deferred[0]
@@ -480,8 +481,7 @@ class Evaluation:
         timing = JudgedTiming(self, TimingSettings(**self.options.get("timing", {})))
         if self.correctness_only:  # a spare: the timed inputs made ahead, nothing timed
             for case in self.timed_cases(cases):
-                with self._spare_turn():
-                    timing.prepare(case, inputs_of)
+                timing.prepare(case, inputs_of, hold=self._spare_turn)
             self.enter("done")
             return {"outcome": "ok", "phase_seconds": self.phase_seconds}
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 import random
 import statistics
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from profilers.timing import TimingSettings
@@ -179,17 +180,27 @@ class JudgedTiming:
         count = max(2, min(self.rounds, _SETS_BYTES // max(size, 1)))
         return [Case(case.dims, case.dtype, s, case.perf) for s in ev.timing_seeds(case, count)]
 
-    def prepare(self, case: Case, inputs_of: Callable[[Case], list[Any]]) -> None:
+    def prepare(
+        self,
+        case: Case,
+        inputs_of: Callable[[Case], list[Any]],
+        hold: Callable[[], AbstractContextManager[Any]] = nullcontext,
+    ) -> None:
         """Make (and so cache) every timed input set of ``case`` and its reference outputs:
         what a spare does ahead so that its first re-measurement times at once (on the H100,
         making them took 9 to 14 s of a re-measurement at 16384x8192). One set at a time: a
         spare holds one set on the device while it prepares, not all of them (up to 2 GiB of
         inputs, and their copies, in each of four spares preparing at once; the H100 ran out
-        of memory while the spares prepared)."""
-        for timed in self.timed_cases(case, inputs_of):
-            inputs = inputs_of(timed)
-            self.evaluation.reference_outputs(timed, inputs)
-            del inputs
+        of memory while the spares prepared). Each set inside ``hold()`` (a spare's share of
+        the GPU turn, :mod:`tuned.evaluation.gpu_turn`): a worker about to time waits for one
+        set, not a case (held per case, the H100's worker waited 0.6 s per candidate)."""
+        with hold():
+            timed_cases = self.timed_cases(case, inputs_of)
+        for timed in timed_cases:
+            with hold():
+                inputs = inputs_of(timed)
+                self.evaluation.reference_outputs(timed, inputs)
+                del inputs
 
     def _incumbent_calibration(
         self, incumbent: Target, case: Case, timed: Case, inputs: Sequence[Any]
