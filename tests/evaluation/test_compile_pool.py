@@ -339,4 +339,7 @@ def test_compile_processes_run_below_the_daemon_and_the_gpu_worker(
         ]
         assert len(compilers) == 2
         niceness = {os.getpriority(os.PRIO_PROCESS, pid) for pid in compilers}
+        policies = {os.sched_getscheduler(pid) for pid in compilers}
     assert niceness == {min(19, mine + COMPILE_NICENESS)}, (mine, niceness)
+    # and under SCHED_IDLE: a waking judge or runner takes the core at once
+    assert policies == {os.SCHED_IDLE}, policies
