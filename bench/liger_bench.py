@@ -22,6 +22,7 @@ CPU-size shapes: its times are interpreter times, never GPU results.
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import functools
 import json
@@ -31,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -257,6 +259,12 @@ def main() -> int:
         default=420.0,
         help="seconds of tuning after which the remaining entries are skipped (listed)",
     )
+    parser.add_argument(
+        "--wall-grace",
+        type=float,
+        default=60.0,
+        help="seconds past --wall-limit after which an evaluation still running is interrupted",
+    )
     parser.add_argument("--remeasure", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.remeasure:
@@ -309,6 +317,12 @@ def _bench(args: argparse.Namespace, scratch: Path) -> int:
 
     # One tuning run over every selected entry, as `ktuned tune` runs a registry: one GPU
     # worker and its spares, and the compile pool (the CLI's default size), for all entries.
+    # The limit is checked as each result comes in; one evaluation may run for its phases'
+    # deadlines (on the H100 an entry's first evaluation ran for minutes, past the device
+    # call, and nothing was re-measured): past the limit and a grace, interrupt the run.
+    watchdog = threading.Timer(args.wall_limit + args.wall_grace, _thread.interrupt_main)
+    watchdog.daemon = True
+    watchdog.start()
     try:
         report = tune_registry(
             subset,
@@ -320,12 +334,14 @@ def _bench(args: argparse.Namespace, scratch: Path) -> int:
             compile_workers=compile_workers_for(None, interpreter=args.smoke),
         )
         summaries, fp = report.summaries, report.fingerprint or fp
-    except _WallLimitReached:
+    except (_WallLimitReached, KeyboardInterrupt):
         fp = next(iter(store.known_fingerprints().values()), fp)
         for entry in sorted(p for p in subset.iterdir() if p.is_dir()):
             if entry.name not in reached:  # never started: out of the re-measurement
                 skipped.append(entry.name)
                 shutil.rmtree(entry)
+    finally:
+        watchdog.cancel()
     store.close()
     tuned_wall = time.monotonic() - started
     env = {
@@ -377,11 +393,11 @@ def _bench(args: argparse.Namespace, scratch: Path) -> int:
     total = len(rows)
     unchanged = sum(1 for r in rows if "| yes |" in r)
     spaced = sum(1 for r in rows if "| yes |" in r and r.split("|")[3].strip() not in ("0", "1"))
-    geomean = math.exp(sum(logs) / len(logs)) if logs else float("nan")
+    geomean = f"{math.exp(sum(logs) / len(logs)):.3f}x" if logs else "none measured"
     print(
         f"\nregistered unchanged: {unchanged}/{total} ({unchanged / total:.0%}); non-empty "
         f"space: {spaced}/{total} ({spaced / total:.0%}); geomean tuned speedup over shipped "
-        f"({len(logs)} entry x shape): {geomean:.3f}x"
+        f"({len(logs)} entry x shape): {geomean}"
     )
     print(
         f"budget: {args.budget} candidates per entry x {len(chosen) - len(skipped)} entries "

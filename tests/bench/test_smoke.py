@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -176,3 +177,22 @@ def test_every_script_is_listed() -> None:
     present = {p.name for p in BENCH.glob("*.py")}
     assert present - listed == set(), "new bench scripts: give them a --smoke and list them"
     assert listed - present == set(), "listed scripts that are gone"
+
+
+def test_the_liger_bench_interrupts_an_evaluation_past_its_wall_limit(tmp_path: Path) -> None:
+    """The wall limit is checked as results come in; an evaluation running past it (on the
+    H100, an entry's first one ran for minutes and the device call ended with nothing
+    re-measured) is interrupted after the grace, and the bench still prints its totals."""
+    started = time.monotonic()
+    out = _run(
+        "liger_bench.py",
+        ("--smoke", "--wall-limit", "0", "--wall-grace", "1", "--budget", "50"),
+        tmp_path,
+        timeout=240,
+    )
+    assert "not tuned (--wall-limit 0 s reached)" in out, out[-3000:]
+    # Interrupted inside the first evaluation (a worker's start alone takes longer than the
+    # grace): without the interruption that evaluation would end and its entry be tuned.
+    assert "x 0 entries tuned" in out, out[-3000:]
+    assert "geomean tuned speedup over shipped (0 entry x shape): none measured" in out
+    assert time.monotonic() - started < 120
