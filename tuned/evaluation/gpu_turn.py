@@ -8,17 +8,18 @@ adds to both sides of an interleaved comparison pulls its ratio towards 1: displ
 came out 2 to 12 % below the referee's, re-measured on an idle GPU.
 
 So the processes of one client take *turns* on its GPU: the worker holds the turn for its
-whole benchmark phase, exclusively; spares hold it shared, each for one case it makes (they
-may prepare together, never while the worker times). The turn is a POSIX record lock
-(``fcntl.lockf``) on a file in the client's directory, whose descriptor the client passes to
-each worker it starts (environment variable :data:`FD_VARIABLE`); record locks belong to a
-process, so every worker conflicts with every other although they share the open file. The
-runners that a worker starts do not inherit the descriptor, and the file is outside every
-sandbox, so candidate code can neither take nor hold the turn. Waits are bounded: past
-``wait_s`` the holder works without the turn (a hung spare delays a timing, never stops it),
-and says so in the result's metadata. Off by default (``EvaluationSettings.gpu_turn``, ``ktuned
-tune --gpu-turn``) until a GPU run measures what it costs and what it fixes.
-"""
+whole benchmark phase, exclusively; spares hold it shared, each for one timed input set or
+correctness case it makes (they may prepare together, never while the worker times). The
+turn is a POSIX record lock (``fcntl.lockf``) on a file in the client's directory, whose
+descriptor the client passes to each worker it starts (environment variable
+:data:`FD_VARIABLE`); record locks belong to a process, so every worker conflicts with every
+other although they share the open file. The runners that a worker starts do not inherit the
+descriptor, and the file is outside every sandbox, so candidate code can neither take nor
+hold the turn. Waits are bounded: past ``wait_s`` the holder works without the turn (a hung
+spare delays a timing, never stops it), and says so in the result's metadata. Off by default
+(``EvaluationSettings.gpu_turn``, ``ktuned tune --gpu-turn``): on the H100 it cost the
+worker 0.3 s per candidate in waits and left the claims' agreement with the referee where it
+was without it (bench/RESULTS.md, eleventh session)."""
 
 from __future__ import annotations
 

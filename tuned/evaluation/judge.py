@@ -58,7 +58,7 @@ __all__ = ["INTERPRETER_TIMING_SIZE", "Case", "Evaluation"]
 
 # In the interpreter, timing only ranks candidates on this CPU: keep it cheap.
 INTERPRETER_TIMING_SIZE = 1 << 16
-#: Seconds a spare waits for the GPU turn for each case it makes (a worker's benchmark phase
+#: Seconds a spare waits for the GPU turn for each set or case it makes (a worker's benchmark phase
 #: holds it) before it goes ahead without it (tuned.evaluation.gpu_turn); the benchmark phase
 #: waits ``EvaluationSettings.turn_wait_s``.
 SPARE_TURN_WAIT_S = 120.0

@@ -41,8 +41,9 @@ class EvaluationSettings:
     #: One hard deadline per candidate, from its request to its result, that no message of
     #: the worker extends (``None``: the sum of the phase deadlines).
     candidate_timeout_s: float | None = None
-    #: Whether a worker and its spares take turns on the GPU (tuned.evaluation.gpu_turn): off
-    #: until measured on a GPU (its first version slowed a campaign; bench/RESULTS.md).
+    #: Whether a worker and its spares take turns on the GPU (tuned.evaluation.gpu_turn): off;
+    #: on the H100 it cost 0.3 s per candidate and did not bring the claims closer to the
+    #: referee's (bench/RESULTS.md, eleventh session).
     gpu_turn: bool = False
     #: Seconds the benchmark phase waits for the GPU turn while a spare makes case data on
     #: the same GPU, before it times without it.
