@@ -254,3 +254,54 @@ def test_tune_makes_the_next_kernels_cases_while_one_is_tuned(
     assert baseline.result.outcome is Outcome.OK, baseline.result.reason
     assert baseline.result.metadata["case_cache"]["misses_here"] == 0
     store.close()
+
+
+_OUT_OF_MEMORY = (
+    ADD_SOURCE
+    + """
+
+def add(x, y, BLOCK=256, num_warps=4):  # as a kernel whose working set finds no room
+    raise RuntimeError("CUDA out of memory. Tried to allocate 7.83 GiB (GPU 0; 5.35 GiB free)")
+"""
+)
+
+
+def test_out_of_memory_with_spares_running_is_evaluated_again_without_them(
+    tmp_path: Path, write_entry: WriteEntry
+) -> None:
+    """On the H100, Liger's KL divergence (128k vocabulary) ran out of memory in the judge
+    with 5 GiB of 80 free: the spares' cases, arenas and contexts held the rest. Such a
+    kernel is evaluated again with the spares stopped, and alone from then on; the other
+    kernels get their spares back."""
+    hungry = load_entry(write_entry("hungry"))
+    other = load_entry(write_entry("other"))
+    settings = EvaluationSettings(interpreter=True)
+    client = WorkerClient(workdir=tmp_path / "w", settings=settings, spares=2)
+    try:
+        client.start()
+        assert len(client.pids()) == 3
+        result = client.evaluate(hungry, _candidate(hungry, _OUT_OF_MEMORY, 128))
+        assert result.outcome is Outcome.RUNTIME_ERROR and "out of memory" in result.reason
+        assert str(result.metadata["retried_alone"]).startswith(
+            "out of GPU memory with 2 spares running"
+        )
+        assert client.alone == {"hungry"}
+        assert len(client.pids()) == 1  # the worker alone
+        # Later evaluations of that kernel run alone, without a second try.
+        fine = client.evaluate(hungry, _candidate(hungry, hungry.module_source, 64))
+        assert fine.outcome is Outcome.OK and "retried_alone" not in fine.metadata
+        client.fresh()
+        assert (
+            client.evaluate(hungry, _candidate(hungry, hungry.module_source, 32)).outcome
+            is Outcome.OK
+        )
+        assert len(client.pids()) == 1  # a new worker, no spares started for it
+        # Another kernel: its worker starts with spares again.
+        client.fresh()
+        assert (
+            client.evaluate(other, _candidate(other, other.module_source, 128)).outcome
+            is Outcome.OK
+        )
+        assert len(client.pids()) == 3
+    finally:
+        client.close()

@@ -43,6 +43,7 @@ from typing import Any
 
 from tuned.errors import WorkerError
 from tuned.evaluation.channel import LineReader, parse_message
+from tuned.evaluation.checks import short
 from tuned.evaluation.gpu_turn import open_turn_file
 from tuned.evaluation.sandbox import descendants, exit_status
 from tuned.evaluation.settings import PHASES, EvaluationSettings
@@ -122,6 +123,10 @@ class WorkerClient:
         #: The GPU turn its worker and spares take (tuned.evaluation.gpu_turn): with spares,
         #: where ``settings.gpu_turn`` asks for it.
         self._turn_fd: int | None = None
+        #: Kernels that ran out of device memory while spares ran: evaluated with none (see
+        #: :meth:`evaluate`), and the kernel of the latest request.
+        self.alone: set[str] = set()
+        self._kernel: str | None = None
 
     # -- lifecycle
 
@@ -152,8 +157,9 @@ class WorkerClient:
             raise WorkerError(f"the evaluation worker did not start: {reason}; see {where}")
         self.fingerprint = {str(k): str(v) for k, v in message["fingerprint"].items()}
         self.target = message.get("target")
-        while len(self._spares) < self.spares and self._start_spare():
-            pass
+        while self._kernel not in self.alone and len(self._spares) < self.spares:
+            if not self._start_spare():
+                break
         return self.fingerprint
 
     def fresh(self) -> None:
@@ -365,6 +371,42 @@ class WorkerClient:
         rejection = candidate_check(spec, candidate)
         if rejection:
             return EvalResult(Outcome.REJECTED_STATIC, reason=rejection, phase="static")
+        name = spec.name
+        self._kernel = name
+        if name in self.alone:
+            self._stop_spares()
+        result = self._evaluate(spec, candidate, incumbent, derived_skip, lenient_derived)
+        if not self._spares or not _out_of_memory(result):
+            return result
+        # The worker gave its own cached cases back and tried again already; what is left
+        # is the spares' (their cases, arenas and contexts: on the H100, Liger's KL divergence
+        # at a 128k vocabulary found 5 GiB free of 80). Evaluated alone from now on.
+        spares = len(self._spares)
+        log.warning(
+            "%s: out of GPU memory with %d spare workers running; evaluating it without them",
+            name,
+            spares,
+        )
+        self.alone.add(name)
+        self._stop_spares()
+        again = self._evaluate(spec, candidate, incumbent, derived_skip, lenient_derived)
+        note = f"out of GPU memory with {spares} spares running ({short(result.reason, 200)})"
+        return dataclasses.replace(again, metadata={**again.metadata, "retried_alone": note})
+
+    def _stop_spares(self) -> None:
+        for spare in self._spares:
+            spare.stop(wait=False)
+            self._dying.append(spare.proc)
+        self._spares = []
+
+    def _evaluate(
+        self,
+        spec: KernelSpec,
+        candidate: Candidate,
+        incumbent: Candidate | None,
+        derived_skip: Sequence[str],
+        lenient_derived: bool,
+    ) -> EvalResult:
         name = spec.name
         current = self._child
         if (
@@ -593,6 +635,10 @@ def _tail(path: Path, limit: int = 800) -> str:
     except OSError:
         return ""
     return data.decode("utf-8", "replace").strip()
+
+
+def _out_of_memory(result: EvalResult) -> bool:
+    return result.outcome is Outcome.RUNTIME_ERROR and "out of memory" in result.reason.lower()
 
 
 def _kernel_payload(spec: KernelSpec) -> dict[str, Any]:
