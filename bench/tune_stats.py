@@ -11,7 +11,11 @@ median worker seconds per candidate with compilation excluded (the worker's ``lo
 ``correctness`` and ``benchmark`` phases), and the case-data cache's hit rate (the worker's
 counters, :mod:`tuned.evaluation.case_cache`, summed over the worker processes). Unless
 ``--no-referee``, it then runs ``ktuned referee`` on the same state directory and prints its
-table and wall. Everything also goes to ``--out`` as JSON.
+table and wall. While each runs, GPU 0's state is sampled through NVML twice a second (SM
+clock, power, temperature, clock-limiting reasons): the campaign's speedups and the
+referee's, taken minutes apart, may differ because the GPU ran at other clocks (the H100's
+matmul claims came out 2-6 % below the referee's while layer_norm's agreed). Everything also
+goes to ``--out`` as JSON.
 """
 
 from __future__ import annotations
@@ -24,7 +28,10 @@ import sqlite3
 import statistics
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +41,76 @@ if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
 from bench.harness import ROOT
 
 WORKER_PHASES = ("load", "correctness", "benchmark")  # the worker's, compilation excluded
+
+#: NVML's clock-limiting reasons that change kernel speed (nvmlClocksEventReason* bits).
+LIMITS = {0x4: "power cap", 0x8: "hw slowdown", 0x20: "sw thermal", 0x40: "hw thermal"}
+
+
+@contextmanager
+def gpu_state(into: dict[str, Any], period_s: float = 0.5) -> Iterator[None]:
+    """Sample GPU 0 through NVML while the block runs; its summary goes to ``into``
+    (``{"nvml": "..."}`` where there is none)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    except Exception as exc:  # noqa: BLE001 - no package, no driver, no GPU: say so
+        into["nvml"] = f"unavailable ({type(exc).__name__})"
+        yield
+        return
+    reasons = (  # the newer name, else the older one (nvidia-ml-py renamed it)
+        getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        or pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+    )
+    samples: list[tuple[float, float, float, int]] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            with suppress(pynvml.NVMLError):
+                samples.append(
+                    (
+                        float(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)),
+                        pynvml.nvmlDeviceGetPowerUsage(handle) / 1e3,
+                        float(pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU)),
+                        int(reasons(handle)),
+                    )
+                )
+            stop.wait(period_s)
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        with_limits = {name: sum(1 for *_, r in samples if r & bit) for bit, name in LIMITS.items()}
+        into.update(
+            samples=len(samples),
+            sm_mhz_median=statistics.median(s[0] for s in samples) if samples else None,
+            sm_mhz_min=min((s[0] for s in samples), default=None),
+            power_w_median=statistics.median(s[1] for s in samples) if samples else None,
+            temperature_c_max=max((s[2] for s in samples), default=None),
+            limited_share={k: v / len(samples) for k, v in with_limits.items() if samples},
+        )
+
+
+def print_gpu_state(what: str, state: dict[str, Any]) -> None:
+    if "nvml" in state:
+        print(f"GPU during {what}: NVML {state['nvml']}")
+        return
+    if not state.get("samples"):
+        print(f"GPU during {what}: no sample")
+        return
+    limited = ", ".join(f"{k} {v:.0%}" for k, v in state["limited_share"].items() if v) or "none"
+    print(
+        f"GPU during {what}: SM clock median {state['sm_mhz_median']:.0f} MHz (min "
+        f"{state['sm_mhz_min']:.0f}), power median {state['power_w_median']:.0f} W, "
+        f"temperature max {state['temperature_c_max']:.0f} C, clocks limited: {limited} "
+        f"({state['samples']} samples)"
+    )
 
 
 def ktuned(
@@ -161,18 +238,21 @@ def main() -> None:
     state = str(args.state_dir)
     result: dict[str, Any] = {}
     if not args.referee_only:
-        tune, wall = ktuned(
-            "tune",
-            str(args.registry),
-            "--budget",
-            args.budget,
-            "--device",
-            args.device,
-            "--state-dir",
-            state,
-            *(["--gpu-turn"] if args.gpu_turn else []),
-            timeout=args.tune_timeout,
-        )
+        tuning_gpu: dict[str, Any] = {}
+        result["gpu_during_tune"] = tuning_gpu
+        with gpu_state(tuning_gpu):
+            tune, wall = ktuned(
+                "tune",
+                str(args.registry),
+                "--budget",
+                args.budget,
+                "--device",
+                args.device,
+                "--state-dir",
+                state,
+                *(["--gpu-turn"] if args.gpu_turn else []),
+                timeout=args.tune_timeout,
+            )
         print(tune.stdout)
         if tune.returncode != 0:
             print(tune.stderr[-4000:], file=sys.stderr)
@@ -192,15 +272,18 @@ def main() -> None:
         f"({rate} hits, {c['spill_hits']} from pinned host memory)"
     )
     if not args.no_referee:
-        referee, r_wall = ktuned(
-            "referee",
-            "--json",
-            "--device",
-            args.device,
-            "--state-dir",
-            state,
-            timeout=args.referee_timeout,
-        )
+        refereeing_gpu: dict[str, Any] = {}
+        result["gpu_during_referee"] = refereeing_gpu
+        with gpu_state(refereeing_gpu):
+            referee, r_wall = ktuned(
+                "referee",
+                "--json",
+                "--device",
+                args.device,
+                "--state-dir",
+                state,
+                timeout=args.referee_timeout,
+            )
         result["referee_wall_s"] = r_wall
         result["referee_rc"] = referee.returncode
         if referee.returncode == 0:
@@ -209,6 +292,9 @@ def main() -> None:
         else:
             print(referee.stderr[-4000:], file=sys.stderr)
         print(f"ktuned referee: {r_wall:.1f} s wall (exit {referee.returncode})")
+    for what in ("tune", "referee"):
+        if f"gpu_during_{what}" in result:
+            print_gpu_state(what, result[f"gpu_during_{what}"])
     args.out.write_text(json.dumps(result, indent=1))
     print(f"JSON: {args.out}")
 
