@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import ADD_SOURCE, WriteEntry, has_gpu
 from tuned.evaluation import EvaluationSettings, WorkerClient
-from tuned.outcomes import Candidate, Outcome, Provenance
+from tuned.outcomes import Candidate, EvalResult, Outcome, Provenance
 from tuned.registry import load_entry
 from tuned.registry.spec import KernelSpec
 
@@ -270,13 +270,13 @@ def test_out_of_memory_with_spares_running_is_evaluated_again_without_them(
     tmp_path: Path, write_entry: WriteEntry
 ) -> None:
     """On the H100, Liger's KL divergence (128k vocabulary) ran out of memory in the judge
-    with 5 GiB of 80 free: the spares' cases, arenas and contexts held the rest. Such a
-    kernel is evaluated again with the spares stopped, and alone from then on; the other
-    kernels get their spares back."""
+    with 5 GiB of 80 free: the spares' cases, arenas and contexts held the rest. An
+    evaluation that runs out of memory with spares running is tried again with them stopped;
+    a candidate that runs out of memory alone too leaves its kernel's spares as they were."""
     hungry = load_entry(write_entry("hungry"))
-    other = load_entry(write_entry("other"))
-    settings = EvaluationSettings(interpreter=True)
-    client = WorkerClient(workdir=tmp_path / "w", settings=settings, spares=2)
+    client = WorkerClient(
+        workdir=tmp_path / "w", settings=EvaluationSettings(interpreter=True), spares=2
+    )
     try:
         client.start()
         assert len(client.pids()) == 3
@@ -285,23 +285,47 @@ def test_out_of_memory_with_spares_running_is_evaluated_again_without_them(
         assert str(result.metadata["retried_alone"]).startswith(
             "out of GPU memory with 2 spares running"
         )
-        assert client.alone == {"hungry"}
-        assert len(client.pids()) == 1  # the worker alone
-        # Later evaluations of that kernel run alone, without a second try.
+        assert client.alone == set()  # alone it failed too: the candidate's own want
+        assert len(client.pids()) == 1  # the spares stopped for the retry...
+        client.fresh()
         fine = client.evaluate(hungry, _candidate(hungry, hungry.module_source, 64))
         assert fine.outcome is Outcome.OK and "retried_alone" not in fine.metadata
-        client.fresh()
-        assert (
-            client.evaluate(hungry, _candidate(hungry, hungry.module_source, 32)).outcome
-            is Outcome.OK
-        )
-        assert len(client.pids()) == 1  # a new worker, no spares started for it
-        # Another kernel: its worker starts with spares again.
-        client.fresh()
-        assert (
-            client.evaluate(other, _candidate(other, other.module_source, 128)).outcome
-            is Outcome.OK
-        )
+        assert len(client.pids()) == 3  # ...and back with the next worker
+    finally:
+        client.close()
+
+
+def test_a_kernel_that_fits_only_without_spares_is_evaluated_alone(
+    tmp_path: Path, write_entry: WriteEntry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker answers as a kernel whose working set fits only once the spares are gone
+    (the real processes run; only the worker's answer is scripted)."""
+    hungry, other = load_entry(write_entry("hungry")), load_entry(write_entry("other"))
+    client = WorkerClient(
+        workdir=tmp_path / "w", settings=EvaluationSettings(interpreter=True), spares=2
+    )
+    real = client._evaluate
+    tries: list[int] = []
+
+    def scripted(spec: KernelSpec, *args: object) -> EvalResult:
+        tries.append(len(client._spares))
+        if spec.name == "hungry" and client._spares:
+            return EvalResult(Outcome.RUNTIME_ERROR, reason="CUDA out of memory. Tried to ...")
+        return real(spec, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(client, "_evaluate", scripted)
+    try:
+        client.start()
+        first = client.evaluate(hungry, _candidate(hungry, hungry.module_source, 128))
+        assert first.outcome is Outcome.OK and "retried_alone" in first.metadata
+        assert tries == [2, 0] and client.alone == {"hungry"}
+        client.fresh()  # a re-measurement: a new worker, and no spare started for it
+        again = client.evaluate(hungry, _candidate(hungry, hungry.module_source, 64))
+        assert again.outcome is Outcome.OK and "retried_alone" not in again.metadata
+        assert tries[2:] == [0] and len(client.pids()) == 1
+        client.fresh()  # another kernel: its worker starts with spares again
+        other_result = client.evaluate(other, _candidate(other, other.module_source, 128))
+        assert other_result.outcome is Outcome.OK
         assert len(client.pids()) == 3
     finally:
         client.close()

@@ -380,16 +380,20 @@ class WorkerClient:
             return result
         # The worker gave its own cached cases back and tried again already; what is left
         # is the spares' (their cases, arenas and contexts: on the H100, Liger's KL divergence
-        # at a 128k vocabulary found 5 GiB free of 80). Evaluated alone from now on.
+        # at a 128k vocabulary found 5 GiB free of 80). Once more without them; if that
+        # fits, the kernel is evaluated alone from now on (a candidate that wants more than
+        # the device has fails alone too, and costs its kernel nothing more).
         spares = len(self._spares)
         log.warning(
             "%s: out of GPU memory with %d spare workers running; evaluating it without them",
             name,
             spares,
         )
-        self.alone.add(name)
+        self.alone.add(name)  # no spare started for the retry, whatever restarts
         self._stop_spares()
         again = self._evaluate(spec, candidate, incumbent, derived_skip, lenient_derived)
+        if _out_of_memory(again):
+            self.alone.discard(name)
         note = f"out of GPU memory with {spares} spares running ({short(result.reason, 200)})"
         return dataclasses.replace(again, metadata={**again.metadata, "retried_alone": note})
 
