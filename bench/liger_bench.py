@@ -22,13 +22,13 @@ CPU-size shapes: its times are interpreter times, never GPU results.
 
 from __future__ import annotations
 
-import _thread
 import argparse
 import functools
 import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -55,6 +55,17 @@ from tuned.store.sqlite import SqliteStore
 from tuned.tuning import tune_registry
 
 REGISTRY = ROOT / "examples" / "liger"
+
+
+def interrupt_after(seconds: float) -> threading.Timer:
+    """A started timer that sends this process SIGINT after ``seconds`` (``cancel()`` it to
+    stop it): Python's handler raises ``KeyboardInterrupt`` in the main thread, in a blocking
+    wait too (a signal interrupts the system call; ``_thread.interrupt_main`` would wait for
+    it to return)."""
+    timer = threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGINT))
+    timer.daemon = True
+    timer.start()
+    return timer
 
 
 class _WallLimitReached(Exception):
@@ -320,9 +331,7 @@ def _bench(args: argparse.Namespace, scratch: Path) -> int:
     # The limit is checked as each result comes in; one evaluation may run for its phases'
     # deadlines (on the H100 an entry's first evaluation ran for minutes, past the device
     # call, and nothing was re-measured): past the limit and a grace, interrupt the run.
-    watchdog = threading.Timer(args.wall_limit + args.wall_grace, _thread.interrupt_main)
-    watchdog.daemon = True
-    watchdog.start()
+    watchdog = interrupt_after(args.wall_limit + args.wall_grace)
     try:
         report = tune_registry(
             subset,
