@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -327,5 +328,46 @@ def test_a_kernel_that_fits_only_without_spares_is_evaluated_alone(
         other_result = client.evaluate(other, _candidate(other, other.module_source, 128))
         assert other_result.outcome is Outcome.OK
         assert len(client.pids()) == 3
+    finally:
+        client.close()
+
+
+_SLOW_INPUTS = ADD_SOURCE.replace(
+    "def make_inputs(shape, dtype, device, seed):\n",
+    "def make_inputs(shape, dtype, device, seed):\n    import time\n\n    time.sleep(0.5)\n",
+)
+
+
+def test_a_new_kernel_is_not_handed_to_a_spare_still_preparing(
+    tmp_path: Path, write_entry: WriteEntry
+) -> None:
+    """With the kernels tuned together, a kernel's first evaluation comes while the spare
+    that prepares for it may still be making cases (on the H100 it waited up to 33 s): the
+    running worker evaluates it then; a spare done preparing still takes a new kernel over."""
+    assert "time.sleep(0.5)" in _SLOW_INPUTS
+    first, slow, third = (
+        load_entry(write_entry("first")),
+        load_entry(write_entry("slow", _SLOW_INPUTS)),
+        load_entry(write_entry("third")),
+    )
+    client = WorkerClient(
+        workdir=tmp_path / "w", settings=EvaluationSettings(interpreter=True), spares=1
+    )
+    try:
+        client.start()
+        assert client.evaluate(first, _candidate(first, first.module_source, 128)).outcome is (
+            Outcome.OK
+        )
+        client.prepare_ahead(slow)  # its cases take the spare seconds to make
+        result = client.evaluate(slow, _candidate(slow, slow.module_source, 128))
+        assert result.outcome is Outcome.OK
+        assert client.spare_takeovers == 0  # the running worker did it, nobody waited
+        client.prepare_ahead(third)
+        deadline = time.monotonic() + 120
+        while not client._prepared_all(client._spares[0]):
+            assert time.monotonic() < deadline, "the spare never finished preparing"
+            time.sleep(0.2)
+        result = client.evaluate(third, _candidate(third, third.module_source, 128))
+        assert result.outcome is Outcome.OK and client.spare_takeovers == 1
     finally:
         client.close()

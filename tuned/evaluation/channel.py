@@ -51,6 +51,18 @@ class LineReader:
         self._scanned = 0
         return line
 
+    def complete_lines(self, limit: int = 1 << 20) -> int:
+        """The whole lines written and not read yet, reading what is there without waiting
+        (at most ``limit`` more bytes)."""
+        taken = 0
+        while taken < limit and select.select([self.fd], [], [], 0)[0]:
+            chunk = os.read(self.fd, min(1 << 16, limit - taken))
+            if not chunk:
+                break
+            self.buffer += chunk
+            taken += len(chunk)
+        return self.buffer.count(b"\n")
+
     def pending(self) -> bool:
         """Whether anything was written that nobody read yet (end of file counts)."""
         if self.buffer:
