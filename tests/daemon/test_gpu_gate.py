@@ -272,6 +272,10 @@ def test_a_kernel_handed_to_the_spare_that_prepared_it_is_a_recycle_not_a_confir
     try:
         assert client.evaluate(first, _candidate(first)).outcome is Outcome.OK
         client.prepare_ahead(second)
+        deadline = time.monotonic() + 120  # a spare still preparing is not handed the kernel
+        while not client._prepared_all(client._spares[0]):
+            assert time.monotonic() < deadline, "the spare never finished preparing"
+            time.sleep(0.2)
         assert client.evaluate(second, _candidate(second)).outcome is Outcome.OK
         assert client.spare_takeovers == 1
         assert client.starts_by_reason["recycle"] == 1 and client.starts_by_reason["confirm"] == 0

@@ -37,6 +37,15 @@ def _alive(pid: int) -> bool:
     )
 
 
+def _wait_prepared(client: WorkerClient) -> None:
+    """Until every spare has answered every request to prepare (a new kernel goes to a
+    spare only then; one still preparing is not waited for)."""
+    deadline = time.monotonic() + 120
+    while not all(client._prepared_all(spare) for spare in client._spares):
+        assert time.monotonic() < deadline, "a spare never finished preparing"
+        time.sleep(0.2)
+
+
 def test_a_fresh_worker_is_the_waiting_spare_and_a_new_spare_follows(
     tmp_path: Path, write_entry: WriteEntry
 ) -> None:
@@ -135,6 +144,7 @@ def test_a_kernel_prepared_ahead_is_first_evaluated_by_the_spare_that_prepared_i
             Outcome.OK
         )
         client.prepare_ahead(second)
+        _wait_prepared(client)
         result = client.evaluate(second, _candidate(second, second.module_source, 128))
         assert result.outcome is Outcome.OK, result.reason
         assert client.spare_takeovers == 1  # the spare that prepared took the new kernel
@@ -164,6 +174,7 @@ def test_spares_that_prepared_ahead_prepare_again_once_the_kernel_is_tuned(
         )
         client.prepare_ahead(second)
         assert all("add_b" in spare.ahead for spare in client._spares)
+        _wait_prepared(client)
         result = client.evaluate(second, _candidate(second, second.module_source, 128))
         assert result.outcome is Outcome.OK and client.spare_takeovers == 1, result.reason
         waited = [s for s in client._spares if s.prepared.count("add_b") == 2]
@@ -363,10 +374,7 @@ def test_a_new_kernel_is_not_handed_to_a_spare_still_preparing(
         assert result.outcome is Outcome.OK
         assert client.spare_takeovers == 0  # the running worker did it, nobody waited
         client.prepare_ahead(third)
-        deadline = time.monotonic() + 120
-        while not client._prepared_all(client._spares[0]):
-            assert time.monotonic() < deadline, "the spare never finished preparing"
-            time.sleep(0.2)
+        _wait_prepared(client)
         result = client.evaluate(third, _candidate(third, third.module_source, 128))
         assert result.outcome is Outcome.OK and client.spare_takeovers == 1
     finally:
