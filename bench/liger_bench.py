@@ -61,7 +61,9 @@ def interrupt_after(seconds: float) -> threading.Timer:
     """A started timer that sends this process SIGINT after ``seconds`` (``cancel()`` it to
     stop it): Python's handler raises ``KeyboardInterrupt`` in the main thread, in a blocking
     wait too (a signal interrupts the system call; ``_thread.interrupt_main`` would wait for
-    it to return)."""
+    it to return). Python's handler is installed first: a process started in the background
+    by a shell (``command &``) begins with SIGINT ignored, and the signal would do nothing."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGINT))
     timer.daemon = True
     timer.start()

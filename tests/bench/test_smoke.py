@@ -11,6 +11,7 @@ in one of the lists (the last test fails otherwise).
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -196,7 +197,8 @@ def test_the_liger_bench_interrupts_an_evaluation_past_its_wall_limit(tmp_path: 
 
 
 def test_the_liger_bench_watchdog_interrupts_a_blocking_wait(tmp_path: Path) -> None:
-    """In a process of its own (pytest's must not get the signal)."""
+    """In a process of its own (pytest's must not get the signal), started with SIGINT
+    ignored as a shell's background job is: the watchdog installs Python's handler."""
     code = (
         "import time\n"
         "from bench.liger_bench import interrupt_after\n"
@@ -211,6 +213,7 @@ def test_the_liger_bench_watchdog_interrupts_a_blocking_wait(tmp_path: Path) -> 
         timeout=120,
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     assert proc.returncode != 0 and "KeyboardInterrupt" in proc.stderr, proc.stderr[-2000:]
     assert time.monotonic() - started < 50  # the sleep was cut short
