@@ -6,17 +6,14 @@ combines what each got right (a categorical switch from one, a tile size from th
 :class:`CrossoverProposer` does that over the evaluated history, for the hierarchical
 policy's *crossover* arm (:mod:`policies.hierarchical`):
 
-1. The parents are the ``parents`` fastest evaluated configurations (distinct codes);
-   with ``pool="elite"`` also, for each value of each short knob, the fastest evaluated
-   configuration with that value, each paired with the incumbent first.
+1. The parents are the ``parents`` fastest evaluated configurations (distinct codes).
 2. Pairs ``(a, b)`` are visited in order of rank sum (the two fastest first), ``a`` the
    faster. The *units* on which they differ are single knobs (``"uniform"``: uniform
    crossover) or whole knob groups (``"group"``: a block shape, a tile shape, the layout
    flags are inherited together, see :mod:`policies.strategies`).
 3. A child is ``a`` with a non-empty proper subset of the differing units taken from ``b``:
    every subset when there are at most ``max_units`` differing units, else
-   ``max_units`` random ones (so a child is never one of its parents); with
-   ``min_distance`` > 1 only children that differ from each parent in that many knobs.
+   ``max_units`` random ones (so a child is never one of its parents).
 4. Only *free* children count: valid (the space's restriction, the same index the policy
    uses), neither evaluated nor pending. At most ``max_children`` of them are collected;
    the one chosen is the child its evaluated one-step neighbours vouch for best
@@ -25,7 +22,9 @@ policy's *crossover* arm (:mod:`policies.hierarchical`):
 
 Deterministic given the ``rng`` (one or no draw per decision besides ties). Cost: at most
 ``parents * (parents - 1) / 2`` pairs and ``max_children`` scored children, independent of
-the history's length.
+the history's length. (Also measured and not kept, docs/decisions.md: an "elite" pool of the
+fastest configuration per value of each short knob, and children at least two knobs from
+both parents.)
 """
 
 from __future__ import annotations
@@ -43,7 +42,6 @@ __all__ = ["CrossoverProposer", "CrossoverSettings"]
 
 _UNITS = ("uniform", "group")
 _SELECT = ("score", "random")
-_POOLS = ("top", "elite")
 
 
 @dataclass(frozen=True)
@@ -57,28 +55,16 @@ class CrossoverSettings:
     #: above, this many random subsets.
     max_units: int = 6
     max_children: int = 48
-    #: ``"top"``: the parents are the ``parents`` fastest configurations. ``"elite"``: also,
-    #: for every value of every knob with at most ``elite_max_values`` values, the fastest
-    #: configuration with that value (a GA population's diversity: the best evaluated
-    #: configuration on the other side of a categorical switch is a parent even when the
-    #: fastest ones all sit on one plateau).
-    pool: str = "top"
-    #: A child differs from each of its two parents in at least this many knobs (2: no
-    #: one-knob jump from a parent, which the neighbour moves already cover).
-    min_distance: int = 1
-    elite_max_values: int = 4
 
     def __post_init__(self) -> None:
         if self.parents < 2:
             raise ValueError(f"crossover needs at least 2 parents, got {self.parents}")
         if self.units not in _UNITS:
             raise ValueError(f"unknown crossover units {self.units!r}; valid: {_UNITS}")
-        if self.pool not in _POOLS:
-            raise ValueError(f"unknown crossover pool {self.pool!r}; valid: {_POOLS}")
         if self.select not in _SELECT:
             raise ValueError(f"unknown crossover select {self.select!r}; valid: {_SELECT}")
-        if self.max_units < 1 or self.max_children < 1 or self.min_distance < 1:
-            raise ValueError("max_units, max_children and min_distance must be >= 1")
+        if self.max_units < 1 or self.max_children < 1:
+            raise ValueError("max_units and max_children must be >= 1")
 
 
 class CrossoverProposer:
@@ -89,48 +75,17 @@ class CrossoverProposer:
     ) -> None:
         self.settings = settings or CrossoverSettings()
         self.proposer = proposer
-        self._elite_log: TrialLog | None = None
-        self._elite_epoch = 0
-        self._elite_seen = 0
-        self._elite: dict[tuple[int, int], tuple[float, int]] = {}
 
     def parents(self, log: TrialLog) -> list[int]:
-        """Codes of the ``parents`` fastest evaluated configurations, fastest first, then
-        (``pool="elite"``) the fastest one of each value of each short knob, fastest first."""
-        s = self.settings
+        """Codes of the ``parents`` fastest evaluated configurations, fastest first."""
         out: list[int] = []
         for _, i in log.ranked:
             code = log.ok[i].code
             if code is not None and code not in out:
                 out.append(code)
-                if len(out) == s.parents:
+                if len(out) == self.settings.parents:
                     break
-        if s.pool == "elite":
-            elites = sorted(set(self._elites(log).values()))
-            out += [code for _, code in elites if code not in out]
         return out
-
-    def _elites(self, log: TrialLog) -> dict[tuple[int, int], tuple[float, int]]:
-        """(short knob, value position) -> (time, code) of the fastest evaluated
-        configuration with that value; kept up to date incrementally (O(new trials))."""
-        if self._elite_log is not log or self._elite_epoch != log.epoch:
-            self._elite_log, self._elite_epoch, self._elite_seen = log, log.epoch, 0
-            self._elite = {}
-        index = log.index
-        short = [
-            j for j in index.movable_positions if index.cards[j] <= self.settings.elite_max_values
-        ]
-        for entry in log.ok[self._elite_seen :]:
-            if entry.code is None or entry.time_s is None:
-                continue
-            digits = index.digits(entry.code)
-            for j in short:
-                key = (j, digits[j])
-                known = self._elite.get(key)
-                if known is None or entry.time_s < known[0]:
-                    self._elite[key] = (entry.time_s, entry.code)
-        self._elite_seen = len(log.ok)
-        return self._elite
 
     def children(
         self,
@@ -151,10 +106,7 @@ class CrossoverProposer:
             return []
         units = self._units(index.cards, groups)
         digits = [index.digits(c) for c in parents]
-        top = min(len(parents), s.parents)
-        pairs = sorted(itertools.combinations(range(top), 2), key=lambda p: (sum(p), p))
-        # Elites (beyond the top parents) are paired with the incumbent, before the rest.
-        pairs = [(0, j) for j in range(top, len(parents))] + pairs
+        pairs = sorted(itertools.combinations(range(len(parents)), 2), key=lambda p: (sum(p), p))
         out: list[int] = []
         found: set[int] = set()
         for i, j in pairs:
@@ -162,11 +114,7 @@ class CrossoverProposer:
             differing = [u for u in units if any(a[k] != b[k] for k in u)]
             if len(differing) < 2:
                 continue  # every child would be a or b
-            knobs = sum(len(u) for u in differing)
             for subset in self._subsets(len(differing), rng):
-                moved = sum(len(differing[u]) for u in subset)
-                if min(moved, knobs - moved) < s.min_distance:
-                    continue
                 child = list(a)
                 for u in subset:
                     for k in differing[u]:
@@ -190,8 +138,10 @@ class CrossoverProposer:
         options = self.children(log, groups, rng, pending)
         if not options:
             return None
-        if self.settings.select == "random" or len(options) == 1:
-            return options[int(rng.integers(len(options)))] if len(options) > 1 else options[0]
+        if len(options) == 1:
+            return options[0]
+        if self.settings.select == "random":
+            return options[int(rng.integers(len(options)))]
         return self.proposer.best(log, options, rng)
 
     def _units(

@@ -315,50 +315,24 @@ class HierarchicalPolicy:
         in_flight = Counter(s.arm for s in pending if s.arm is not None)
         arm = self._choose_arm(log, queues, rng, taken, in_flight)
         if arm is not None and arm.llm:
-            parent = log.ok[arm.parent]
-            assert parent.code is not None
-            return Suggestion(
-                knobs=log.index.decode(parent.code),
-                strategy=arm.strategy_name,
-                parent_id=parent.candidate_id,
-                arm=arm.name,
-                parent_time_s=parent.time_s,
-            )
+            code = log.ok[arm.parent].code
+            assert code is not None
+            return self._from_arm(log, arm, code)
         if arm is not None and arm.restart:
             return self._restart_move(log, rng, taken)
         if arm is not None and arm.crossover and self._crossover_child is not None:
-            parent = log.ok[arm.parent]
             child, self._crossover_child = self._crossover_child, None
-            return Suggestion(
-                knobs=log.index.decode(child),
-                strategy=CROSSOVER_ARM,
-                parent_id=parent.candidate_id,
-                arm=arm.name,
-                parent_time_s=parent.time_s,
-            )
+            return self._from_arm(log, arm, child)
         if arm is not None and arm.model and self._model is not None:
-            parent = log.ok[arm.parent]
             code = self._model.propose(log, rng, taken)
             if code is not None:
-                return Suggestion(
-                    knobs=log.index.decode(code),
-                    strategy=MODEL_ARM,
-                    parent_id=parent.candidate_id,
-                    arm=arm.name,
-                    parent_time_s=parent.time_s,
-                )
+                return self._from_arm(log, arm, code)
         elif arm is not None:
-            parent = log.ok[arm.parent]
-            assert parent.code is not None
-            move = self._proposer.local(log, parent.code, arm.knobs, rng, taken)
+            parent_code = log.ok[arm.parent].code
+            assert parent_code is not None
+            move = self._proposer.local(log, parent_code, arm.knobs, rng, taken)
             if move is not None:
-                return Suggestion(
-                    knobs=log.index.decode(move.code),
-                    strategy=arm.strategy.name,
-                    parent_id=parent.candidate_id,
-                    arm=arm.name,
-                    parent_time_s=parent.time_s,
-                )
+                return self._from_arm(log, arm, move.code)
         # Every arm is exhausted (or only pending moves are left): widen, then random.
         best = log.best
         move = self._proposer.propose(
@@ -371,6 +345,18 @@ class HierarchicalPolicy:
             knobs=log.index.decode(move.code),
             parent_id=best.candidate_id if from_best and best else None,
             parent_time_s=best.time_s if from_best and best else None,
+        )
+
+    @staticmethod
+    def _from_arm(log: TrialLog, arm: _Arm, code: int) -> Suggestion:
+        """The configuration ``code`` as ``arm``'s pull, credited against its parent."""
+        parent = log.ok[arm.parent]
+        return Suggestion(
+            knobs=log.index.decode(code),
+            strategy=arm.strategy_name,
+            parent_id=parent.candidate_id,
+            arm=arm.name,
+            parent_time_s=parent.time_s,
         )
 
     def observe(self, suggestion: Suggestion, trial: Trial) -> None:

@@ -154,7 +154,7 @@ class NeighbourProposer:
                 options = [c for c in index.hamming(parent, short) if log.is_free(c, pending)]
         if not options:
             return None
-        return Move(self._best(log, options, rng), "neighbour")
+        return Move(self.best(log, options, rng), "neighbour")
 
     def any_value(
         self,
@@ -170,7 +170,7 @@ class NeighbourProposer:
         options = [c for c in log.index.hamming(parent, knobs) if log.is_free(c, pending)]
         if not options:
             return None
-        return Move(self._best(log, options, rng), "hamming")
+        return Move(self.best(log, options, rng), "hamming")
 
     def steps(self, log: TrialLog, parent: int, knobs: Sequence[int]) -> list[int]:
         """Every configuration :meth:`neighbour` may move ``parent`` to, free or not."""
@@ -218,7 +218,7 @@ class NeighbourProposer:
         if rare is not None:
             options = [c for c in rare[1] if log.is_free(c, pending)]
             if options:
-                return Move(self._best(log, options, rng), rare[0])
+                return Move(self.best(log, options, rng), rare[0])
         return None
 
     def exhausted(self, log: TrialLog, parent: int, knobs: Sequence[int]) -> bool:
@@ -258,11 +258,7 @@ class NeighbourProposer:
 
     def best(self, log: TrialLog, options: list[int], rng: np.random.Generator) -> int:
         """The option of ``options`` (non-empty) its evaluated one-step neighbours vouch
-        for best (:meth:`score`; unscored ones count as average, ties at random)."""
-        return self._best(log, options, rng)
-
-    def _best(self, log: TrialLog, options: list[int], rng: np.random.Generator) -> int:
-        """The option with the best (lowest) score; unscored ones count as average."""
+        for best: the lowest :meth:`score`; unscored ones count as average."""
         if len(options) == 1:
             return options[0]
         scores = np.array([self.score(log, c) for c in options])
