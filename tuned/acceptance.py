@@ -62,12 +62,21 @@ def comparable(
 ) -> bool:
     """Whether the two have a timed case in common and every common case's median is
     positive on both sides (a zero median is no time: nothing to divide by)."""
-    labels = set(candidate) & set(incumbent)
-    return bool(labels) and all(
-        len(side[label]) > 0 and float(np.median(side[label])) > 0
+    labels = sorted(set(candidate) & set(incumbent))
+    return bool(labels) and not _timeless(candidate, incumbent, labels)
+
+
+def _timeless(
+    candidate: Mapping[str, Sequence[float]],
+    incumbent: Mapping[str, Sequence[float]],
+    labels: Sequence[str],
+) -> list[str]:
+    """The ``labels`` without a positive median time on one side or the other."""
+    return [
+        label
         for label in labels
-        for side in (candidate, incumbent)
-    )
+        if not all(len(s[label]) and float(np.median(s[label])) > 0 for s in (candidate, incumbent))
+    ]
 
 
 def _check_comparable(
@@ -76,16 +85,10 @@ def _check_comparable(
     labels = sorted(set(candidate) & set(incumbent))
     if not labels:
         raise ValueError("no timed case in common between candidate and incumbent")
-    if not comparable(candidate, incumbent):
+    timeless = _timeless(candidate, incumbent, labels)
+    if timeless:
         raise ValueError(
-            "a timed case has no positive median time on one side: "
-            + ", ".join(
-                label
-                for label in labels
-                if not all(
-                    len(s[label]) and float(np.median(s[label])) > 0 for s in (candidate, incumbent)
-                )
-            )
+            "a timed case has no positive median time on one side: " + ", ".join(timeless)
         )
     return labels
 
