@@ -1,6 +1,7 @@
 """Peer tuners on the recorded tuning spaces, scored exactly as ``search_replay.py`` scores.
 
-    python bench/peers.py --spaces DIR [FILE ...] --seeds N [--methods a,b,...] [--jobs J]
+    python bench/peers.py --spaces DIR [FILE ...] --seeds N [--first-seed K]
+        [--methods a,b,...] [--jobs J]
 
 Methods: every ktuned policy by its name (``hierarchical``, ``greedy_ls``, ...), and the peers
 
@@ -22,7 +23,9 @@ early, or makes ``MAX_ASKS_PER_EVAL`` times the budget of proposals, keeps its l
 Output: the mean fraction of optimum per space and method at each budget, the mean over
 spaces, and the paired difference of each method against ``--reference`` (the default
 policy): per seed, the difference of the two methods' space-averaged fractions, its mean and
-standard error over seeds. Optuna and Kernel Tuner are bench dependencies (``pip install -e
+standard error over seeds. Seeds are ``K .. K+N-1`` (``--first-seed``, 0 by default): a
+change chosen on seeds 0-29 is confirmed on seeds it was not chosen on (``--first-seed 30``).
+Optuna and Kernel Tuner are bench dependencies (``pip install -e
 '.[bench]'``), imported only when a peer method runs.
 """
 
@@ -279,16 +282,17 @@ def report(
     results: dict[tuple[str, str, int], list[float]],
     spaces: Sequence[str],
     methods: Sequence[str],
-    seeds: int,
+    seeds: Sequence[int],
     budgets: Sequence[int],
     reference: str,
 ) -> str:
-    """The tables (markdown) of per-space means, overall means and paired differences."""
+    """The tables (markdown) of per-space means, overall means and paired differences over
+    the runs of ``seeds``."""
     lines = ["| space | method | " + " | ".join(f"@{b}" for b in budgets) + " |"]
     lines.append("|" + " --- |" * (len(budgets) + 2))
     per_seed: dict[str, np.ndarray] = {}
     for method in methods:
-        grid = np.array([[results[(s, method, k)] for k in range(seeds)] for s in spaces])
+        grid = np.array([[results[(s, method, k)] for k in seeds] for s in spaces])
         per_seed[method] = grid.mean(axis=0)  # seeds x budgets, averaged over spaces
         for s, row in zip(spaces, grid.mean(axis=1)):
             lines.append(f"| {s} | {method} | " + " | ".join(f"{v:.3f}" for v in row) + " |")
@@ -299,7 +303,7 @@ def report(
         lines += [
             "",
             f"Paired difference, {reference} minus method (mean +- standard error "
-            f"over {seeds} seeds of the space-averaged fraction):",
+            f"over {len(seeds)} seeds of the space-averaged fraction):",
             "",
         ]
         lines.append("| method | " + " | ".join(f"@{b}" for b in budgets) + " |")
@@ -308,7 +312,8 @@ def report(
             if method == reference:
                 continue
             diff = per_seed[reference] - per_seed[method]
-            se = diff.std(axis=0, ddof=1) / math.sqrt(seeds) if seeds > 1 else diff[0] * 0
+            n = len(seeds)
+            se = diff.std(axis=0, ddof=1) / math.sqrt(n) if n > 1 else diff[0] * 0
             cells = [f"{d:+.3f} +- {e:.3f}" for d, e in zip(diff.mean(axis=0), se)]
             lines.append(f"| {method} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -320,6 +325,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--spaces", type=Path, nargs="+", default=[DEFAULT_SPACES])
     parser.add_argument("--seeds", type=int, default=30)
+    parser.add_argument(
+        "--first-seed", type=int, default=0, help="seeds K .. K+N-1 (held-out seeds: 30 on)"
+    )
     parser.add_argument(
         "--methods",
         default=f"{DEFAULT_POLICY},optuna_tpe,optuna_random,kt_genetic_algorithm,"
@@ -337,8 +345,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown methods {unknown}; valid: {sorted(POLICIES)}, {sorted(PEERS)}")
     budgets = tuple(int(b) for b in args.budgets.split(","))
+    if args.seeds < 1 or args.first_seed < 0:
+        parser.error("--seeds must be >= 1 and --first-seed >= 0")
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
     load_spaces(parser, paths)
-    jobs = [(str(p), m, k, budgets) for p in paths for m in methods for k in range(args.seeds)]
+    jobs = [(str(p), m, k, budgets) for p in paths for m in methods for k in seeds]
     started = time.perf_counter()
     if args.jobs > 1:
         with ProcessPoolExecutor(max_workers=args.jobs) as pool:
@@ -347,8 +358,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         outputs = [_job(j) for j in jobs]
     results = {(s, m, k): f for s, m, k, f in outputs}
     spaces = [p.name.removesuffix(".json.gz") for p in paths]
-    print(f"# fraction of optimum, mean over {args.seeds} seeds")
-    print(report(results, spaces, methods, args.seeds, budgets, args.reference))
+    print(f"# fraction of optimum, mean over {args.seeds} seeds ({seeds[0]}-{seeds[-1]})")
+    print(report(results, spaces, methods, seeds, budgets, args.reference))
     print(f"# {len(jobs)} runs in {time.perf_counter() - started:.1f} s with {args.jobs} worker(s)")
     return 0
 

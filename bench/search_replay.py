@@ -1,6 +1,7 @@
 """Replay search policies on recorded tuning spaces (Kernel Tuner cache files).
 
-    python bench/search_replay.py --spaces DIR --seeds N [--policies a,b,...] [--noise]
+    python bench/search_replay.py --spaces DIR --seeds N [--first-seed K]
+        [--policies a,b,...] [--noise]
 
 Every ``*.json.gz`` in DIR is a brute-forced tuning space (see the benchdata README);
 ``--spaces`` also takes several directories and files at once (``--spaces DIR FILE ...``),
@@ -21,7 +22,8 @@ restricted space; proposing anything else (or anything twice) is a policy bug an
 Score: fraction of optimum after N distinct evaluations (the baseline included),
 ``t_opt / t(best found)`` (0 if nothing valid was found; with ``--noise`` the best found is
 the one with the best *measured* time, scored by its recorded mean), averaged over seeds.
-One row per space and policy, then a mean row per policy.
+One row per space and policy, then a mean row per policy. Seeds are ``K .. K+N-1``
+(``--first-seed``, 0 by default): confirm a change chosen on seeds 0-29 on seeds 30 and up.
 """
 
 from __future__ import annotations
@@ -212,6 +214,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="directories (every *.json.gz in them) and/or *.json.gz files",
     )
     parser.add_argument("--seeds", type=int, default=30)
+    parser.add_argument(
+        "--first-seed", type=int, default=0, help="seeds K .. K+N-1 (held-out seeds: 30 on)"
+    )
     parser.add_argument("--policies", default=",".join(DEFAULT_POLICIES))
     parser.add_argument("--budgets", default=",".join(str(b) for b in BUDGETS))
     parser.add_argument("--noise", action="store_true", help="draw times from recorded runs")
@@ -236,10 +241,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown policies {unknown}; valid: {', '.join(sorted(POLICIES))}")
     budgets = tuple(int(b) for b in args.budgets.split(","))
+    if args.seeds < 1 or args.first_seed < 0:
+        parser.error("--seeds must be >= 1 and --first-seed >= 0")
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
     load_spaces(parser, paths)
-    jobs = [
-        (str(p), n, s, budgets, args.noise) for p in paths for n in names for s in range(args.seeds)
-    ]
+    jobs = [(str(p), n, s, budgets, args.noise) for p in paths for n in names for s in seeds]
 
     started = time.perf_counter()
     results: dict[tuple[str, str], list[list[float]]] = {}
@@ -253,7 +259,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     elapsed = time.perf_counter() - started
 
     header = "| space | policy | " + " | ".join(f"@{b}" for b in budgets) + " |"
-    print(f"# fraction of optimum, mean over {args.seeds} seeds{' (noise)' if args.noise else ''}")
+    noise = " (noise)" if args.noise else ""
+    print(f"# fraction of optimum, mean over {args.seeds} seeds ({seeds[0]}-{seeds[-1]}){noise}")
     print(header)
     print("|" + " --- |" * (len(budgets) + 2))
     space_names = [p.name.removesuffix(".json.gz") for p in paths]

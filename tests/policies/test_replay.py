@@ -91,3 +91,24 @@ def test_a_broken_space_file_ends_both_commands_with_its_name_and_field(  # type
         assert exit_.value.code == 2
         err = capsys.readouterr().err
         assert f"{bad}: " in err and field in err, err
+
+
+def test_first_seed_runs_the_held_out_seeds_it_names(replay_module, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """``--first-seed K --seeds 1`` reports seed K's run, not seed 0's: both commands."""
+    from bench import peers
+
+    (tmp_path / SPACE_FILE.name).symlink_to(SPACE_FILE)
+    space = replay_module.RecordedSpace(SPACE_FILE)
+    budgets = (5, 15)
+    expected = {k: replay_module.replay(space, "random", k, budgets=budgets) for k in (0, 7)}
+    assert expected[0] != expected[7]  # the two seeds tell apart
+    common = ["--spaces", str(tmp_path), "--seeds", "1", "--jobs", "1", "--budgets", "5,15"]
+    for main, flag in ((replay_module.main, "--policies"), (peers.main, "--methods")):
+        assert main([*common, "--first-seed", "7", flag, "random"]) == 0
+        out = capsys.readouterr().out
+        row = next(line for line in out.splitlines() if line.startswith("| convolution_A4000"))
+        assert row.endswith(" | ".join(f"{v:.3f}" for v in expected[7]) + " |"), row
+        assert "(7-7)" in out
+        with pytest.raises(SystemExit):
+            main([*common, "--first-seed", "-1", flag, "random"])
+        capsys.readouterr()
