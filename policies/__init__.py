@@ -7,17 +7,18 @@ uses unless configured otherwise.
 name                         policy
 ===========================  ==============================================================
 ``hierarchical``             KernelBand: (runtime cluster x strategy) masked UCB, then a
-                             parent inside the cluster, then a parametric move
-                             (default; opt-in: a model arm proposing from a Gaussian
-                             process or a TPE-style model of the whole space)
+                             parent inside the cluster, then a parametric move; plus a
+                             model arm (a Gaussian process of the whole space,
+                             :mod:`policies.surrogate`) open only while the incumbent's
+                             evaluated one-knob neighbours are a plateau (default)
 ``hierarchical_nocluster``   the same with a single cluster (ablation)
-``hierarchical_gp``          the same with the Gaussian-process model arm
-                             (:mod:`policies.surrogate`) from the first decision on
-``hierarchical_flat_gp``     the same, the GP arm open only while the incumbent's
-                             evaluated one-knob neighbours are a plateau (``flat_gate``)
-``hierarchical_crossover``   the same with a crossover arm: children of two of the fastest
-                             configurations (:mod:`policies.crossover`)
+``hierarchical_gp``          the same with the model arm open from the first decision on
+``hierarchical_flat_gp``     the same as ``hierarchical`` (its settings before they became
+                             the default; the name stays for campaigns stored under it)
+``hierarchical_crossover``   without the model arm, with a crossover arm: children of two
+                             of the fastest configurations (:mod:`policies.crossover`)
 ``ucb``                      flat masked UCB over strategies, moves from the incumbent
+                             (the flat bandits have no model arm)
 ``thompson``                 flat Thompson sampling over strategies
 ``discounted_ucb``           flat discounted UCB over strategies (non-stationary rewards)
 ``random``                   uniform random search without replacement (the floor)

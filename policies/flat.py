@@ -1,5 +1,5 @@
 """Flat bandits over strategies: KernelBand's arms without the hierarchy (the ablations), and
-the hierarchical policy with its opt-in model arm.
+variants of the hierarchical policy's escape arms (issue 24).
 
 Each arm is a strategy; every move starts from the incumbent (the fastest candidate so
 far), there is no clustering and no level-2 parent choice. When the incumbent has no free
@@ -27,7 +27,10 @@ __all__ = [
 
 
 def _flat(selector: str) -> HierarchicalSettings:
-    return HierarchicalSettings(selector=selector, clustering=None, parent="incumbent")
+    # Moves from the incumbent only, without the model arm: the flat bandits as measured.
+    return HierarchicalSettings(
+        selector=selector, clustering=None, parent="incumbent", model="none", flat_gate=0.0
+    )
 
 
 class UCBPolicy(HierarchicalPolicy):
@@ -59,15 +62,19 @@ class UnclusteredHierarchicalPolicy(HierarchicalPolicy):
 
 
 class ModelArmHierarchicalPolicy(HierarchicalPolicy):
-    """The hierarchical policy with the Gaussian-process model arm (opt-in, issue 24)."""
+    """The hierarchical policy with the Gaussian-process model arm open from the first
+    decision on, without the flatness gate (issue 24)."""
 
     name: ClassVar[str] = "hierarchical_gp"
-    default_settings: ClassVar[HierarchicalSettings] = HierarchicalSettings(model="gp")
+    default_settings: ClassVar[HierarchicalSettings] = HierarchicalSettings(
+        model="gp", flat_gate=0.0
+    )
 
 
 class FlatGatedModelArmHierarchicalPolicy(HierarchicalPolicy):
-    """The GP model arm opened only while the incumbent sits on a plateau (opt-in, issue 24:
-    ``HierarchicalSettings.flat_gate``)."""
+    """The GP model arm opened only while the incumbent sits on a plateau: the default
+    policy's settings since the twelfth session (issue 24); the name stays for campaigns
+    stored under it."""
 
     name: ClassVar[str] = "hierarchical_flat_gp"
     default_settings: ClassVar[HierarchicalSettings] = HierarchicalSettings(
@@ -82,5 +89,5 @@ class CrossoverHierarchicalPolicy(HierarchicalPolicy):
 
     name: ClassVar[str] = "hierarchical_crossover"
     default_settings: ClassVar[HierarchicalSettings] = HierarchicalSettings(
-        crossover=CrossoverSettings(units="uniform")
+        crossover=CrossoverSettings(units="uniform"), model="none", flat_gate=0.0
     )

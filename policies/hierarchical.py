@@ -27,14 +27,17 @@ One decision (``suggest``):
    through :meth:`HierarchicalPolicy.set_llm_strategies`, the caller has an LLM rewrite the
    parent's code under the strategy instead.
 
-7. *The model arm* (issue 24; opt-in, ``model``). Best-first expansion fills the plateau
-   around a local optimum when the optimum lies in another basin (another value of a
-   categorical switch, a tile size that only pays with another method). Once the
-   incumbent has not improved for ``model_patience`` evaluations, one more arm, ``model``,
-   proposes from a surrogate of the whole space: a Gaussian process's expected
-   improvement (:mod:`policies.surrogate`, ``"gp"``) or a density-ratio (TPE-style) model
+7. *The model arm* (issue 24; on by default behind the flatness gate). Best-first expansion
+   fills the plateau around a local optimum when the optimum lies in another basin (another
+   value of a categorical switch, a tile size that only pays with another method). While
+   the incumbent sits on a plateau (``flat_gate``: most of its evaluated one-knob
+   neighbours within ``flat_tolerance`` of its time), one more arm, ``model``, proposes
+   from a surrogate of the whole space: a Gaussian process's expected improvement
+   (:mod:`policies.surrogate`, ``"gp"``, the default) or a density-ratio (TPE-style) model
    (:mod:`policies.density`, ``"tpe"``); its parent is the incumbent, and it is credited
-   like any other arm with the child's gain over it.
+   like any other arm with the child's gain over it. Around an isolated spike (every
+   neighbour far slower) the gate stays shut and the best-first climb keeps every
+   evaluation; ``model_patience`` may delay the arm further.
    A *restart* arm (opt-in, ``stall_patience``) joins once the incumbent has not
    improved for that many evaluations: a greedy climb from a uniformly random start that
    moves one knob to any value (:meth:`policies.moves.NeighbourProposer.any_value`) and
@@ -105,11 +108,12 @@ class HierarchicalSettings:
     clustering: ClusteringSettings | None = field(default_factory=ClusteringSettings)
     masks: MaskSettings = field(default_factory=MaskSettings)
     moves: MoveSettings = field(default_factory=MoveSettings)
-    #: The model arm's proposer: ``"gp"`` (:mod:`policies.surrogate`), ``"tpe"``
-    #: (:mod:`policies.density`) or ``"none"``: no model arm, the default (measured on the
-    #: recorded spaces: the GP arm ends a stall on categorical switches and costs the
-    #: best-first climb a needle optimum; no net gain, see docs/decisions.md, issue 24).
-    model: str = "none"
+    #: The model arm's proposer: ``"gp"`` (:mod:`policies.surrogate`, the default),
+    #: ``"tpe"`` (:mod:`policies.density`) or ``"none"``: no model arm. Open from the
+    #: first decision on, the GP arm ends a stall on categorical switches and costs the
+    #: best-first climb a needle optimum; behind the flatness gate (``flat_gate``) it keeps
+    #: the first and not the second (docs/decisions.md, issue 24).
+    model: str = "gp"
     surrogate: SurrogateSettings = field(default_factory=SurrogateSettings)
     #: The model arm opens once the incumbent has not improved for this many
     #: evaluations (0: from the first bandit decision on).
@@ -131,14 +135,14 @@ class HierarchicalSettings:
     #: evaluations and, with ``flat_gate``, only while the incumbent sits on a plateau.
     crossover: CrossoverSettings | None = None
     crossover_patience: int = 0
-    #: *Flatness gate* (issue 24, opt-in; 0.0: off, the default). When > 0, the model and
+    #: *Flatness gate* (issue 24; 0.0: off). When > 0, the model and
     #: restart arms open only while the incumbent's evaluated Hamming neighbourhood
     #: (configurations that differ from it in one knob, any value) is a plateau: at least
     #: ``flat_min_neighbours`` of them ran, and at least this fraction of them is within
     #: ``flat_tolerance`` of its time (a categorical switch's plateau, as on pnpoly; an
-    #: isolated spike's neighbours, as on convolution_A100, are far slower). Policy
-    #: ``hierarchical_flat_gp``: the GP arm behind the gate (0.5, 2 %).
-    flat_gate: float = 0.0
+    #: isolated spike's neighbours, as on convolution_A100, are far slower). The default:
+    #: the GP arm behind the gate at 0.5 and 2 %.
+    flat_gate: float = 0.5
     flat_tolerance: float = 0.02
     flat_min_neighbours: int = 6
     #: Level 2 with a profile: how much full headroom is worth, in log-latency.

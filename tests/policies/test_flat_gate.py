@@ -1,4 +1,4 @@
-"""The flatness gate (issue 24, opt-in): escape arms open only while the incumbent's
+"""The flatness gate (issue 24, on by default): escape arms open only while the incumbent's
 evaluated one-knob neighbours are a plateau, never around an isolated spike."""
 
 from __future__ import annotations
@@ -39,8 +39,11 @@ def test_flatness_gate_opens_the_model_arm_on_a_plateau_only() -> None:
     settings = HierarchicalSettings(model="tpe", flat_gate=0.5, flat_tolerance=0.02)
     assert MODEL_ARM in _arms(settings, _history(1.01))  # a plateau: 11 of 12 within 2 %
     assert MODEL_ARM not in _arms(settings, _history(1.6))  # a spike: every neighbour slower
-    # Off (the default): the model arm opens whatever the neighbourhood.
-    assert MODEL_ARM in _arms(HierarchicalSettings(model="tpe"), _history(1.6))
+    # Off (flat_gate 0): the model arm opens whatever the neighbourhood.
+    assert MODEL_ARM in _arms(HierarchicalSettings(model="tpe", flat_gate=0.0), _history(1.6))
+    # The default: the GP arm behind the same gate.
+    assert MODEL_ARM in _arms(HierarchicalSettings(), _history(1.01))
+    assert MODEL_ARM not in _arms(HierarchicalSettings(), _history(1.6))
 
 
 def test_flatness_gate_needs_enough_evaluated_neighbours() -> None:

@@ -1,11 +1,13 @@
 """Issue 24: the default policy must not stall on a plateau while the optimum lies elsewhere.
 
-The fixture is a real recorded space (``tests/fixtures/pnpoly_3060_small.json.gz``, cut down
-from the benchdata pnpoly space): its optimum needs ``between_method`` 0, two list positions
-from the plateau of methods 2 and 3 (method 1 between them is slow), and a ``use_method``
-that only pays with the right ``tile_size``. The policy as it was before issue 24 (no stall
-arms, no any-value moves) climbs onto the plateau and fills it; the default reaches the
-optimum.
+The fixture is a real recorded space (``tests/fixtures/pnpoly_3060_plateau.json.gz``, cut
+down from the benchdata pnpoly space: every ``block_size_x``, ``tile_size`` 10 to 20): its
+optimum needs ``between_method`` 0, two list positions from the plateau of methods 2 and 3
+(method 1 between them is slow), and ``tile_size`` 20 with ``use_method`` 0, while 31 block
+sizes within 1 % of each other make a plateau around every local optimum. Before issue 24
+(no any-value moves, no model arm) the policy climbs onto a plateau and fills it; any-value
+moves of the incumbent end most of those stalls, and the model arm behind the flatness gate
+(the default since the twelfth session) the rest.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from policies.moves import MoveSettings
 from policies.space_index import SpaceIndex
 
 ROOT = Path(__file__).resolve().parents[2]
-FIXTURE = ROOT / "tests" / "fixtures" / "pnpoly_3060_small.json.gz"
-SEEDS = range(8)
+FIXTURE = ROOT / "tests" / "fixtures" / "pnpoly_3060_plateau.json.gz"
+SEEDS = range(16)
 BUDGET = 200
 
 
@@ -39,32 +41,42 @@ def replay_module() -> ModuleType:
 
 def _before_issue_24() -> HierarchicalPolicy:
     return HierarchicalPolicy(
-        settings=HierarchicalSettings(moves=MoveSettings(any_value_from_incumbent=False))
+        settings=HierarchicalSettings(
+            model="none", flat_gate=0.0, moves=MoveSettings(any_value_from_incumbent=False)
+        )
     )
 
 
-def test_the_default_has_no_stall_arms_but_any_value_moves() -> None:
+def _without_model_arm() -> HierarchicalPolicy:
+    return HierarchicalPolicy(settings=HierarchicalSettings(model="none", flat_gate=0.0))
+
+
+def test_the_default_has_the_gated_model_arm_no_stall_arms_and_any_value_moves() -> None:
     settings = HierarchicalPolicy.default_settings
-    assert settings.stall_patience == 0
-    assert settings.model == "none"  # the model arm is opt-in (docs/decisions.md)
+    assert settings.model == "gp" and settings.flat_gate == 0.5  # docs/decisions.md
+    assert settings.stall_patience == 0 and settings.crossover is None
     assert settings.moves.any_value_from_incumbent
     assert settings.moves.any_value_max_values == 4
 
 
-def test_the_old_default_stalls_and_the_new_one_reaches_the_optimum(
+def test_the_old_policies_stall_on_the_plateau_and_the_default_reaches_the_optimum(
     replay_module: ModuleType,
 ) -> None:
     space = replay_module.RecordedSpace(FIXTURE)
-    old = [
-        replay_module.replay(space, "old", s, budgets=(BUDGET,), policy=_before_issue_24())[0]
-        for s in SEEDS
-    ]
-    new = [replay_module.replay(space, DEFAULT_POLICY, s, budgets=(BUDGET,))[0] for s in SEEDS]
-    # Before: most seeds stop on the plateau, more than 5 % from the optimum (6 of 8 when
-    # this was written); now all but at most one reach the optimum (8 of 8).
-    assert sum(f < 0.95 for f in old) >= len(old) // 2, old
-    assert sum(f >= 0.999 for f in new) >= len(new) - 1, new
-    assert np.mean(new) > np.mean(old) + 0.05
+
+    def finals(make: object) -> list[float]:
+        return [
+            replay_module.replay(space, "p", s, budgets=(BUDGET,), policy=make())[0]  # type: ignore[operator]
+            for s in SEEDS
+        ]
+
+    before, no_model = finals(_before_issue_24), finals(_without_model_arm)
+    default = [replay_module.replay(space, DEFAULT_POLICY, s, budgets=(BUDGET,))[0] for s in SEEDS]
+    # When written: 10 of 16 seeds stopped on a plateau (more than 2 % from the optimum)
+    # before issue 24, 3 of 16 without the model arm, none with the default (16 of 16 at it).
+    assert sum(f < 0.98 for f in before) >= len(before) // 2, before
+    assert sum(f < 0.98 for f in no_model) >= 2, no_model
+    assert all(f >= 0.999 for f in default), default
 
 
 def _space() -> SearchSpace:

@@ -104,7 +104,8 @@ def test_settings_are_validated() -> None:
 def test_the_gp_arm_is_pulled_and_credited_and_the_state_round_trips() -> None:
     space = _space()
     index = SpaceIndex(space)
-    policy = HierarchicalPolicy(settings=HierarchicalSettings(model="gp"))
+    # Without the flatness gate: a bowl has no plateau, and the arm is pulled from the start.
+    policy = HierarchicalPolicy(settings=HierarchicalSettings(model="gp", flat_gate=0.0))
     rng = np.random.default_rng(5)
     trials: list[Trial] = []
     arms = []
