@@ -115,7 +115,8 @@ def evaluate_expression(text: str, names: Mapping[str, float]) -> float:
 
     Nothing is executed: the expression is walked as a syntax tree; anything else (calls,
     attributes, unknown names) raises ``ValueError`` naming it. The registry loader has
-    already rejected such expressions, so this only fails on a hand-made spec.
+    already rejected such expressions, so this only fails on a hand-made spec. So does a
+    value that is not a finite real number (``N/0``, ``(0-N)**0.5``, ``N**N**N``).
     """
 
     def walk(node: ast.AST) -> float:
@@ -129,14 +130,61 @@ def evaluate_expression(text: str, names: Mapping[str, float]) -> float:
             value = walk(node.operand)
             return -value if isinstance(node.op, ast.USub) else value
         if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-            return float(_OPS[type(node.op)](walk(node.left), walk(node.right)))
+            left, right = walk(node.left), walk(node.right)
+            try:
+                value = _OPS[type(node.op)](left, right)
+            except (ArithmeticError, ValueError) as exc:  # N/0, 0**-1, an overflowing power
+                raise ValueError(
+                    f"{_show(left)} {_SYMBOLS[type(node.op)]} {_show(right)} fails "
+                    f"({exc.args[-1] if exc.args else exc}) in "
+                    f"roofline expression {text!r}"
+                ) from None
+            if not isinstance(value, (int, float)):  # a negative number's fractional power
+                raise ValueError(
+                    f"{_show(left)} {_SYMBOLS[type(node.op)]} {_show(right)} is not a real "
+                    f"number in roofline expression {text!r}"
+                )
+            return float(value)
         raise ValueError(f"{type(node).__name__} is not allowed in roofline expression {text!r}")
 
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as exc:
         raise ValueError(f"roofline expression {text!r} does not parse: {exc.msg}") from exc
-    return walk(tree.body)
+    try:
+        result = walk(tree.body)
+    except RecursionError:
+        raise ValueError(f"roofline expression {text!r} is nested too deeply") from None
+    if not math.isfinite(result):
+        raise ValueError(f"roofline expression {text!r} is {result}, not a finite number")
+    return result
+
+
+_SYMBOLS = {
+    ast.Add: "+",
+    ast.Sub: "-",
+    ast.Mult: "*",
+    ast.Div: "/",
+    ast.FloorDiv: "//",
+    ast.Pow: "**",
+}
+
+
+def _show(value: float) -> str:
+    return f"{value:g}"
+
+
+def _work(text: str | None, names: Mapping[str, float]) -> float | None:
+    """The bytes or flops of ``text`` for one case; None when there is no usable number (a
+    negative one, or an expression :func:`evaluate_expression` refuses): no roofline point
+    is better than a campaign stopped by a registry expression."""
+    if text is None:
+        return None
+    try:
+        value = evaluate_expression(text, names)
+    except ValueError:
+        return None
+    return value if value >= 0 else None
 
 
 @dataclass(frozen=True)
@@ -168,7 +216,8 @@ def roofline_point(
     peak_bytes_per_s: float,
     peak_flops_per_s: float,
 ) -> RooflinePoint | None:
-    """Where one timed case (``dims``, ``dtype``, ``time_s``) sits; ``None`` without work."""
+    """Where one timed case (``dims``, ``dtype``, ``time_s``) sits; ``None`` without work
+    (also when the expressions give no finite, non-negative number for this case)."""
     if bytes_expr is None and flops_expr is None:
         return None
     if not time_s > 0 or not math.isfinite(time_s):
@@ -177,10 +226,10 @@ def roofline_point(
         raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPE_BYTES)}")
     names = {**{k: float(v) for k, v in dims.items()}, "elem": float(DTYPE_BYTES[dtype])}
     bw = fl = None
-    if bytes_expr is not None and peak_bytes_per_s > 0:
-        bw = evaluate_expression(bytes_expr, names) / time_s / peak_bytes_per_s
-    if flops_expr is not None and peak_flops_per_s > 0:
-        fl = evaluate_expression(flops_expr, names) / time_s / peak_flops_per_s
+    if peak_bytes_per_s > 0 and (work := _work(bytes_expr, names)) is not None:
+        bw = work / time_s / peak_bytes_per_s
+    if peak_flops_per_s > 0 and (work := _work(flops_expr, names)) is not None:
+        fl = work / time_s / peak_flops_per_s
     if bw is None and fl is None:
         return None
     return RooflinePoint(bandwidth_fraction=bw, flops_fraction=fl)

@@ -33,6 +33,7 @@ import yaml
 from yaml.composer import Composer
 from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.reader import ReaderError
 
 from tuned.errors import BadInputError
 
@@ -189,6 +190,25 @@ class _BoundedLoader(yaml.SafeLoader):
             first[key] = line
         return super().construct_mapping(node, deep=deep)
 
+    def construct_object(self, node: Node, deep: bool = False) -> Any:
+        # A scalar's constructor can fail outside PyYAML's own errors (a ValueError from
+        # ``2001-13-45``, ``!!float abc`` or an integer of more than 4300 digits): name the
+        # value and its place like any other YAML error.
+        try:
+            return super().construct_object(node, deep=deep)  # type: ignore[no-untyped-call]
+        except (ValueError, OverflowError, TypeError) as exc:
+            tag = str(node.tag).rpartition(":")[2]
+            kind = _TAG_KINDS.get(tag, f"!!{tag}")
+            shown = _show(node.value) if isinstance(node, ScalarNode) else "the value"
+            reason = str(exc).split("; use sys.set_int_max_str_digits", 1)[0]
+            raise ConstructorError(
+                None, None, f"cannot read {shown} as {kind}: {reason}", node.start_mark
+            ) from None
+
+
+#: How a constructor error names what the value was read as (``!!TAG`` otherwise).
+_TAG_KINDS = {"int": "an integer", "float": "a number", "timestamp": "a date (YYYY-MM-DD)"}
+
 
 class _Refused(yaml.MarkedYAMLError):
     def __init__(self, problem: str, mark: yaml.Mark) -> None:
@@ -242,13 +262,18 @@ def _children(node: Node) -> list[Node]:
 def parse_yaml(text: str, path: Path) -> object:
     """The one document of ``text`` (``None`` when empty), else :class:`YamlFileError` with
     the line and column of the problem."""
-    loader = _BoundedLoader(text)
+    try:  # the reader checks every character while the loader is built (a NUL byte)
+        loader = _BoundedLoader(text)
+    except ReaderError as exc:
+        raise _reader_error(exc, text, path) from None
     try:
         node = loader.get_single_node()  # type: ignore[no-untyped-call]
         if node is None:
             return None
         _expanded_size(node)
         return loader.construct_document(node)  # type: ignore[no-untyped-call]
+    except ReaderError as exc:
+        raise _reader_error(exc, text, path) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         problem = exc.problem or exc.context or "invalid YAML"
@@ -266,8 +291,25 @@ def parse_yaml(text: str, path: Path) -> object:
         raise YamlFileError(
             path, f"invalid YAML: nested more than {MAX_DEPTH} levels deep"
         ) from None
+    except (ValueError, OverflowError, TypeError) as exc:  # a constructor's, without a place
+        raise YamlFileError(path, f"invalid YAML: {exc}") from None
     finally:
         loader.dispose()  # type: ignore[no-untyped-call]
+
+
+def _reader_error(exc: ReaderError, text: str, path: Path) -> YamlFileError:
+    """A character YAML does not allow (a NUL byte, a control character), by line and column."""
+    position = max(0, min(int(exc.position), len(text)))
+    line = text.count("\n", 0, position) + 1
+    column = position - (text.rfind("\n", 0, position) + 1) + 1
+    character = exc.character if isinstance(exc.character, str) else chr(exc.character)
+    return YamlFileError(
+        path,
+        f"invalid YAML: the character U+{ord(character):04X} is not allowed in YAML; "
+        "remove it (is this a binary file?)",
+        line=line,
+        column=column,
+    )
 
 
 def load_yaml_file(path: Path, *, cap: int = MAX_YAML_BYTES, what: str = "file") -> object:

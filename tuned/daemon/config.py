@@ -221,7 +221,8 @@ def _listen(value: object) -> tuple[Any, str | None]:
     if not isinstance(value, str) or ":" not in value:
         return None, allowed
     host, _, port = value.rpartition(":")
-    if not host or not port.isdigit() or int(port) > 65535:
+    # ASCII digits only: str.isdigit() also accepts '²', which int() refuses
+    if not host or not (port.isascii() and port.isdigit()) or int(port) > 65535:
         return None, allowed
     return value, None
 

@@ -17,9 +17,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tuned.errors import RegistryError
-from tuned.registry import KernelSpec, Problem, load_entry
-from tuned.registry.loader import KERNEL_YAML
+from tuned.registry import KernelSpec, Problem
+from tuned.registry.loader import KERNEL_YAML, load_registry_entry
 
 __all__ = ["RegistryChanges", "RegistryWatcher"]
 
@@ -112,11 +111,9 @@ class RegistryWatcher:
         return changes
 
     def _load(self, directory: str, sig: Signature, changes: RegistryChanges) -> None:
-        try:
-            spec: KernelSpec | None = load_entry(directory)
-            problems: list[Problem] = []
-        except RegistryError as exc:
-            spec, problems = None, [p for p in exc.problems if isinstance(p, Problem)]
+        # as `ktuned registry check` loads it: an entry directory that is a symlink out of
+        # the registry is refused, not tuned
+        spec, problems = load_registry_entry(self.root, directory)
         if _signature(Path(directory)) != sig:  # written to while we read: next poll
             changes.pending += 1
             return
@@ -174,17 +171,25 @@ class RegistryWatcher:
 
 
 def _signature(directory: Path) -> Signature | None:
-    """(relative path, size, mtime_ns) of every non-hidden file of an entry; None if unreadable."""
+    """(relative path, size, mtime_ns) of every non-hidden file of an entry; None when the
+    entry has no ``kernel.yaml`` (it is gone).
+
+    A file that cannot be followed (a dangling symlink) counts by its link, so the entry is
+    still loaded and reported invalid naming that file, as ``ktuned registry check`` does,
+    never taken for a removed entry (which would retire its kernel)."""
     out: list[tuple[str, int, int]] = []
-    try:
-        for top, dirs, files in os.walk(directory):
-            dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "__pycache__")
-            for name in sorted(files):
-                if name.startswith("."):
-                    continue
-                path = Path(top) / name
+    for top, dirs, files in os.walk(directory):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "__pycache__")
+        for name in sorted(files):
+            if name.startswith("."):
+                continue
+            path = Path(top) / name
+            try:
                 st = path.stat()
-                out.append((path.relative_to(directory).as_posix(), st.st_size, st.st_mtime_ns))
-    except OSError:
-        return None
+            except OSError:
+                try:
+                    st = path.lstat()
+                except OSError:
+                    continue  # gone while listed: the next poll's signature differs
+            out.append((path.relative_to(directory).as_posix(), st.st_size, st.st_mtime_ns))
     return tuple(out) if any(rel == KERNEL_YAML for rel, _, _ in out) else None

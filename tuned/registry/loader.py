@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from profilers.classify import DTYPE_BYTES, evaluate_expression
 from tuned.errors import BadInputError, RegistryError
 from tuned.registry.discovery import Discovery, discover_knobs, discover_source
 from tuned.registry.installed import InstalledLauncher, find_installed, package_of
@@ -33,7 +34,7 @@ from tuned.registry.problems import Problem, Problems, show
 from tuned.registry.replay import check_replay
 from tuned.registry.roofline import check_roofline
 from tuned.registry.source import check_functions, launcher_defaults, outline_module
-from tuned.registry.spec import KernelSpec, KnobValue
+from tuned.registry.spec import KernelSpec, KnobValue, Roofline, Shape
 from tuned.registry.validate import (
     TOP_LEVEL_KEYS,
     check_dtypes,
@@ -55,6 +56,7 @@ __all__ = [
     "MAX_YAML_BYTES",
     "RegistryScan",
     "load_entry",
+    "load_registry_entry",
     "scan_registry",
 ]
 
@@ -64,6 +66,8 @@ MAX_PY_BYTES = 4 << 20
 #: More Python files than this in one entry is almost surely a misplaced tree (a venv, a repo).
 MAX_PY_FILES = 256
 _FUNCTION_KEYS = ("launcher", "inputs", "reference")
+#: Cases (shape, element size) each roofline expression is evaluated on by the check.
+MAX_ROOFLINE_CASES = 2048
 #: The launcher's name in a reference entry that does not name one (docs/registry.md).
 DEFAULT_REFERENCE_LAUNCHER = "launcher"
 
@@ -148,22 +152,28 @@ def _read_sources(directory: Path, module: str, out: Problems) -> dict[str, byte
     rels = _python_files(directory, out)
     if module not in rels:
         rels.append(module)  # a module inside a hidden directory is still the module
-    root = directory.resolve()
     sources: dict[str, bytes] = {}
     for rel in rels:
         path = directory / rel
-        try:
-            inside = path.resolve().is_relative_to(root)
-        except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python < 3.13)
-            out.add("", f"cannot resolve: {exc}", file=path)
-            continue
-        if not inside:
-            out.add("", "a symlink to a file outside the entry directory; copy it in", file=path)
+        if not _inside_entry(path, directory, out):
             continue
         data = _read_bytes(path, MAX_PY_BYTES, out)
         if data is not None:
             sources[rel] = data
     return sources if len(sources) == len(rels) else None
+
+
+def _inside_entry(path: Path, directory: Path, out: Problems) -> bool:
+    """Whether the file ``path`` resolves inside the entry ``directory``, else a problem: a
+    symlink out of the entry would make ktuned read (and hash) a file that is not the entry's."""
+    try:
+        inside = path.resolve().is_relative_to(directory.resolve())
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python < 3.13)
+        out.add("", f"cannot resolve: {exc}", file=path)
+        return False
+    if not inside:
+        out.add("", "a symlink to a file outside the entry directory; copy it in", file=path)
+    return inside
 
 
 def _generation(files: Mapping[str, bytes]) -> str:
@@ -322,6 +332,8 @@ def _load(path: Path) -> tuple[KernelSpec | None, list[Problem]]:
             "launcher, inputs, shapes, dtypes) and the module it names",
         )
         return None, out.items
+    if not _inside_entry(yaml_path, directory, out):
+        return None, out.items
     raw = _read_bytes(yaml_path, MAX_YAML_BYTES, out)
     text = None if raw is None else _decode(raw, yaml_path, out)
     doc = None if text is None else _parse_yaml(text, out)
@@ -358,6 +370,8 @@ def _load(path: Path) -> tuple[KernelSpec | None, list[Problem]]:
     knobs = check_knobs(doc.get("knobs"), out)
     weight = check_weight(doc.get("weight"), out)
     roofline = check_roofline(doc.get("roofline"), dims, out)
+    if roofline is not None and dtypes:
+        _check_roofline_values(roofline, shapes, dtypes, out)
 
     if module is None:
         return None, out.items
@@ -427,6 +441,43 @@ def _load(path: Path) -> tuple[KernelSpec | None, list[Problem]]:
         entry_source=entry_source,
     )
     return spec, []
+
+
+def _check_roofline_values(
+    roofline: Roofline, shapes: Sequence[Shape], dtypes: Sequence[str], out: Problems
+) -> None:
+    """Each roofline expression evaluated on every (shape, dtype) case it will be evaluated
+    on: a division by zero, a negative or complex result or an overflow is a problem of the
+    field here, not a missing roofline point after a campaign. An expression that already
+    has a problem (a syntax or name error) is not evaluated again, nor any while the shapes
+    have one. At most :data:`MAX_ROOFLINE_CASES` cases per expression are evaluated (a bound
+    on the time a huge shapes list takes); beyond them, a case the expression cannot be
+    evaluated for gets no roofline point (:func:`profilers.classify.roofline_point`)."""
+    flagged = {p.field for p in out.items}
+    if any(f == "shapes" or f.startswith("shapes[") for f in flagged):
+        return
+    elems = sorted({DTYPE_BYTES.get(d, 1): d for d in dtypes}.items())  # one dtype per size
+    cases = [(i, shape, e, d) for i, shape in enumerate(shapes) for e, d in elems]
+    for key, expr in (("bytes", roofline.bytes), ("flops", roofline.flops)):
+        where = f"roofline.{key}"
+        if expr is None or where in flagged:
+            continue
+        for i, shape, elem, dtype in cases[:MAX_ROOFLINE_CASES]:
+            names = {**shape.dims, "elem": elem}
+            try:
+                value = evaluate_expression(expr, names)
+            except ValueError as exc:
+                reason = str(exc)
+            else:
+                if value >= 0:
+                    continue
+                reason = f"it is {value:g}, a negative amount of work"
+            out.add(
+                where,
+                f"{show(expr)} cannot be evaluated for shapes[{i}] with {dtype} "
+                f"(elem={elem}): {reason}",
+            )
+            break
 
 
 def _check_reference_module(
@@ -508,6 +559,18 @@ def _outside_registry(root: Path, directory: Path) -> Problem | None:
     )
 
 
+def load_registry_entry(
+    root: str | os.PathLike[str], directory: str | os.PathLike[str]
+) -> tuple[KernelSpec | None, list[Problem]]:
+    """Load the entry ``directory`` of the registry ``root``, as :func:`scan_registry` and
+    the daemon's watcher do: ``(spec, [])``, or ``(None, problems)`` for an invalid entry,
+    including an entry directory that is a symlink to somewhere outside the registry."""
+    escape = _outside_registry(Path(root), Path(directory))
+    if escape is not None:
+        return None, [escape]
+    return _load(Path(directory))
+
+
 def load_entry(path: str | os.PathLike[str]) -> KernelSpec:
     """Load and validate one entry: its directory, or its ``kernel.yaml``.
 
@@ -553,12 +616,7 @@ def scan_registry(root: str | os.PathLike[str]) -> RegistryScan:
     invalid: dict[str, list[Problem]] = {}
     owners: dict[str, Path] = {}
     for directory in directories:
-        escape = _outside_registry(root, directory)
-        if escape is not None:
-            problems.append(escape)
-            invalid[str(directory)] = [escape]
-            continue
-        spec, found = _load(directory)
+        spec, found = load_registry_entry(root, directory)
         if spec is not None and spec.name in owners:
             found = [
                 Problem(

@@ -282,15 +282,16 @@ def check_shapes(value: object, out: Problems) -> tuple[tuple[Shape, ...], froze
                 elif is_int(size) and size > 0:
                     out.add(
                         f"{where}.{key}",
-                        f"{size:.3g} is larger than any GPU holds (at "
+                        f"{_magnitude(size)} is larger than any GPU holds (at "
                         f"most 2**{MAX_DIM.bit_length() - 1}); is the size mistyped?",
                     )
                 else:
                     out.add(f"{where}.{key}", f"must be a positive integer, got {show(size)}")
-        if len(dims) == len(names) and math.prod(dims.values()) > MAX_SHAPE_PRODUCT:
+        product = _product(dims.values())
+        if len(dims) == len(names) and product is not None:
             out.add(
                 where,
-                f"its sizes multiply to {math.prod(dims.values()):.3g} (more than "
+                f"its sizes multiply to {product} (more than "
                 f"2**{MAX_SHAPE_PRODUCT.bit_length() - 1}); no GPU holds inputs this large, "
                 "is a size mistyped?",
             )
@@ -323,6 +324,33 @@ def check_shapes(value: object, out: Problems) -> tuple[tuple[Shape, ...], froze
             "to the shapes production runs at, e.g. {M: 4096, N: 4096, perf: true}",
         )
     return tuple(shapes), None if first is None else first[1]
+
+
+def _magnitude(value: int) -> str:
+    """A large integer for a message: ``1e+30``, or ``about 10**400`` beyond any float."""
+    if value.bit_length() <= 1000:
+        return f"{value:.3g}"
+    return f"about 10**{math.floor(math.log10(value))}"
+
+
+def _product(sizes: Iterable[int]) -> str | None:
+    """The product of ``sizes`` for a message when it exceeds :data:`MAX_SHAPE_PRODUCT`,
+    else None; never builds a number of more than a few thousand bits."""
+    sizes = list(sizes)
+    log2 = math.fsum(math.log2(s) for s in sizes)
+    if log2 > 4000:  # 40 sizes of 2**100 would take 4000 bits: say the exponent
+        return f"about 2**{math.floor(log2)}"
+    product = math.prod(sizes)
+    return _magnitude(product) if product > MAX_SHAPE_PRODUCT else None
+
+
+def _too_large(value: int | float) -> bool:
+    """An integer beyond every float (``1`` and 400 zeros): ``math.isfinite`` would raise."""
+    try:
+        float(value)
+    except OverflowError:
+        return True
+    return False
 
 
 def check_dtypes(value: object, out: Problems) -> tuple[str, ...] | None:
@@ -358,6 +386,9 @@ def check_dtypes(value: object, out: Problems) -> tuple[str, ...] | None:
 
 def _tolerance_value(raw: object, where: str, default: float, out: Problems) -> float:
     if raw is None:
+        return default
+    if is_number(raw) and _too_large(raw):
+        out.add(where, f"{_magnitude(int(raw))} is too large; must be a finite number >= 0")
         return default
     if not is_number(raw) or not math.isfinite(raw) or raw < 0:
         out.add(where, f"must be a finite number >= 0, got {show(raw)}{yaml_number_hint(raw)}")
@@ -409,6 +440,13 @@ def check_tolerance(
 
 def check_weight(value: object, out: Problems) -> float:
     if value is None:
+        return 1.0
+    if is_number(value) and _too_large(value):
+        out.add(
+            "weight",
+            f"{_magnitude(int(value))} is too large; must be a number > 0 (the kernel's share "
+            "of production GPU time, e.g. 1 or 2.5)",
+        )
         return 1.0
     if not is_number(value) or not math.isfinite(value) or value <= 0:
         out.add(
