@@ -42,6 +42,17 @@ def _workers(text: str) -> int | None:
     return None if text == "auto" else _positive_int(text)
 
 
+def _timeout_s(text: str) -> float:
+    """Seconds of a deadline: a finite number > 0 (``nan`` and ``inf`` parse as floats)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value < float("inf"):  # false for NaN too
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     from policies import DEFAULT_POLICY, POLICIES
 
@@ -99,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tune.add_argument(
         "--phase-timeout",
-        type=float,
+        type=_timeout_s,
         default=EvaluationSettings.benchmark_timeout_s,
         help="deadline in seconds of each evaluation phase (default: %(default)g)",
     )
@@ -286,6 +297,29 @@ def _open_store(args: argparse.Namespace) -> tuple[Store, Path]:
     return _open_sqlite(args)
 
 
+def _open_for_reading(args: argparse.Namespace) -> Store:
+    """The store of a read command (``status``, ``best``, ``report``, ``export``), opened
+    read-only: nothing is created, migrated or checkpointed, and the write-ahead log is left
+    to its writer. A missing SQLite store reads as an empty one (there is nothing yet); a
+    file that is not a ktuned store is refused as damaged."""
+    from tuned.paths import default_state_dir
+
+    if getattr(args, "store", None):
+        from tuned.store.url import open_store, sqlite_path
+
+        path = sqlite_path(args.store)
+        if path is None:  # a fleet's PostgreSQL store
+            return open_store(args.store)
+    else:
+        path = (args.state_dir or default_state_dir()) / "ktuned.sqlite"
+    if path.parent.exists() and not path.parent.is_dir():
+        raise BadInputError(
+            f"the state directory {path.parent} is not a directory (it holds the store "
+            f"{path.name}); point --state-dir or state_dir to a directory"
+        )
+    return SqliteStore.open_reader(path, missing_ok=True)
+
+
 def _tune(args: argparse.Namespace) -> int:
     from tuned.pipeline import compile_workers_for
     from tuned.registry import format_problems
@@ -366,8 +400,9 @@ def _referee(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from tuned.reporting.status import status_json, status_table
     from tuned.store.overview import kernel_overview
+    from tuned.text import printable
 
-    store, _ = _open_store(args)
+    store = _open_for_reading(args)
     try:
         kernels = kernel_overview(store)
         invalid = store.invalid_entries()
@@ -387,10 +422,14 @@ def _status(args: argparse.Namespace) -> int:
         from tuned.runtime.notes import status_notes
 
         notes = status_notes(store)
+        for k in kernels:  # a newline in a name must not start a line of its own
+            if notes and printable(k.name) != k.name:
+                notes = notes.replace(k.name, printable(k.name))
         if notes:
-            print(notes)
+            print(printable(notes, None, keep="\n"))
         for directory, problems in invalid.items():
-            print(f"\ninvalid entry {directory}:\n{problems}")
+            shown = printable(problems, None, keep="\n")
+            print(f"\ninvalid entry {printable(directory)}:\n{shown}")
     finally:
         store.close()
     return EXIT_OK
@@ -409,17 +448,27 @@ def _original_failure(store: Store, kernel: str, generation: str) -> str:
 
 
 def _best(args: argparse.Namespace) -> int:
-    store, _ = _open_store(args)
+    from tuned.errors import StoreError
+    from tuned.outcomes import source_hash
+
+    store = _open_for_reading(args)
     try:
         if store.kernel(args.kernel) is None:
-            names = ", ".join(k.name for k in store.kernels()) or "none yet"
+            names = ", ".join(repr(k.name) for k in store.kernels()) or "none yet"
             raise BadInputError(f"no kernel {args.kernel!r} in the store (known: {names})")
         best = store.best(args.kernel)
         if best is None:
             raise BadInputError(
                 f"{args.kernel} has no successful evaluation yet; run `ktuned tune` first"
             )
-        source = store.source(best.source_hash) or ""
+        stored = store.source(best.source_hash)
+        if stored is None or source_hash(stored) != best.source_hash:
+            raise StoreError(  # as export and load refuse it
+                f"the stored source of {best.kernel!r} candidate {best.candidate_id[:24]!r} "
+                f"does not match its hash {best.source_hash[:16]}...: the store "
+                f"{store.location} was modified; nothing is shown"
+            )
+        source = stored
         fp = store.fingerprint(best.fingerprint)
         diff = _knob_diff(store, best.generation, source, best.knobs)
     finally:
@@ -445,20 +494,22 @@ def _best(args: argparse.Namespace) -> int:
             )
         )
         return EXIT_OK
+    from tuned.text import printable
+
     speedup = f"{best.speedup:.3f}x" if best.speedup else "-"
-    print(
+    header = [  # stored text: each line one line, no control characters
         f"# kernel {best.kernel}, generation {best.generation[:12]}, candidate "
-        f"{best.candidate_id} ({best.provenance.value})"
-    )
-    print(
+        f"{best.candidate_id} ({best.provenance.value})",
         f"# time {format_seconds(best.time_s)} ({best.timing_kind}), baseline "
-        f"{format_seconds(best.baseline_time_s)}, speedup {speedup}"
-    )
-    print(f"# on {fp.get('gpu_model', '?')} ({fp.get('mode', '?')}), triton {fp.get('triton')}")
-    print(f"# knobs: {json.dumps(dict(best.knobs))}")
+        f"{format_seconds(best.baseline_time_s)}, speedup {speedup}",
+        f"# on {fp.get('gpu_model', '?')} ({fp.get('mode', '?')}), triton {fp.get('triton')}",
+        f"# knobs: {json.dumps(dict(best.knobs))}",
+    ]
+    print("\n".join(printable(line) for line in header))
     if diff:  # knobs discovered in the code run as a generated copy: show what it changes
-        print("# the copy that runs, against the original:\n" + diff, end="")
-    print(source, end="" if source.endswith("\n") else "\n")
+        shown = printable(diff, None, keep="\n\t")
+        print("# the copy that runs, against the original:\n" + shown, end="")
+    print(printable(source, None, keep="\n\t"), end="" if source.endswith("\n") else "\n")
     return EXIT_OK
 
 
@@ -550,7 +601,7 @@ def _run(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from tuned.reporting import write_report
 
-    store, _ = _open_store(args)
+    store = _open_for_reading(args)
     location = store.location
     try:
         index = write_report(store, args.out)
@@ -563,7 +614,7 @@ def _report(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from tuned.runtime.export import export_command
 
-    store, _ = _open_store(args)
+    store = _open_for_reading(args)
     try:
         print(export_command(store, args.kernel, args.out, args.format), end="")
     finally:

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from tuned.report import format_seconds
 from tuned.store.overview import KernelOverview
+from tuned.text import printable
 
 __all__ = ["status_json", "status_table"]
 
@@ -24,21 +25,24 @@ def status_table(
 ) -> str:
     """The table ``ktuned status`` prints; ``original_failed[kernel]`` says how the original
     failed, for kernels with nothing successful."""
-    rows = [_HEADER]
+    rows: list[tuple[str, ...]] = [_HEADER]
     for k in kernels:
         p = k.progress
         failures = ", ".join(f"{o}={n}" for o, n in sorted(k.outcomes.items()) if o != "ok")
         said = (original_failed or {}).get(k.name, "")
         failures = "; ".join(f for f in (failures, said) if f)
         rows.append(
-            (
-                k.name,
-                k.state,
-                format_seconds(p.baseline_s),
-                format_seconds(p.best_s),
-                f"{p.speedup:.2f}x" if p.speedup else "-",
-                str(k.evaluations),
-                (failures or "none") + (f"; {k.reason}" if k.reason else ""),
+            tuple(  # stored text: one line each, no control characters
+                printable(cell)
+                for cell in (
+                    k.name,
+                    k.state,
+                    format_seconds(p.baseline_s),
+                    format_seconds(p.best_s),
+                    f"{p.speedup:.2f}x" if p.speedup else "-",
+                    str(k.evaluations),
+                    (failures or "none") + (f"; {k.reason}" if k.reason else ""),
+                )
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(_HEADER) - 1)]

@@ -10,15 +10,25 @@ hooks below. Statements use ``?`` placeholders; the engine rewrites them
 from __future__ import annotations
 
 import functools
+import math
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import fields, is_dataclass
 from typing import Any, ClassVar, Protocol, TypeVar, cast
 
 from tuned.errors import StoreError
 from tuned.store.dialect import Dialect
 
-__all__ = ["Row", "SqlCore", "Tx", "damaged_store_error", "is_damage", "reads_stored"]
+__all__ = [
+    "Row",
+    "SqlCore",
+    "Tx",
+    "damaged_store_error",
+    "is_damage",
+    "reads_stored",
+    "stored_type_problem",
+]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -115,14 +125,109 @@ def damaged_store_error(location: str, exc: BaseException) -> StoreError:
 
 def reads_stored(method: _F) -> _F:
     """Mark a read method that decodes stored rows (JSON, enums, columns by name): data
-    that does not decode (flipped bytes, a damaged schema) raises
-    :func:`damaged_store_error` instead of a ``ValueError``/``KeyError`` traceback."""
+    that does not decode (flipped bytes, a damaged schema) or decodes to the wrong types
+    (knobs that are not an object of scalars, a time that is not a finite number >= 0)
+    raises :func:`damaged_store_error` instead of a ``ValueError``/``KeyError`` traceback."""
 
     @functools.wraps(method)
     def wrapper(self: SqlCore, *args: Any, **kwargs: Any) -> Any:
         try:
-            return method(self, *args, **kwargs)
+            result = method(self, *args, **kwargs)
         except (ValueError, KeyError, IndexError, TypeError) as exc:  # JSON, enum, Row, shape
             raise damaged_store_error(self.location, exc) from exc
+        problem = stored_type_problem(result)
+        if problem:
+            raise damaged_store_error(self.location, ValueError(problem))
+        return result
 
     return cast(_F, wrapper)
+
+
+#: Read-model fields holding a stored time in seconds, and the column they come from.
+_TIME_FIELDS = {
+    "time_s": "evaluations.time_s",
+    "baseline_time_s": "evaluations.time_s",
+    "baseline_s": "evaluations.time_s",
+    "best_s": "evaluations.time_s",
+    "wall_s": "evaluations.wall_s",
+}
+_SCALARS = (bool, int, float, str)
+
+
+def _bad_time(value: Any) -> bool:
+    """Whether ``value`` is not a time: ``None`` or a finite number >= 0."""
+    if value is None:
+        return False
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return True
+    return not (math.isfinite(value) and value >= 0)
+
+
+def _bad_knobs(value: Any) -> bool:
+    """Whether ``value`` is not knob values: an object of names to scalars (finite numbers)."""
+    if not isinstance(value, Mapping):
+        return True
+    return any(
+        not isinstance(k, str)
+        or not isinstance(v, _SCALARS)
+        or (isinstance(v, float) and not math.isfinite(v))
+        for k, v in value.items()
+    )
+
+
+def _row_id(row: Any) -> str:
+    for name in ("candidate_id", "name", "id", "seq"):
+        value = getattr(row, name, None)
+        if isinstance(value, (str, int)) and not isinstance(value, bool):
+            what = "kernel" if name == "name" else name.replace("_id", "")
+            return f"{what} {str(value)[:40]!r}"
+    return "?"
+
+
+def stored_type_problem(value: Any, depth: int = 0) -> str:
+    """What in a read model (a dataclass, or lists/tuples/dicts of them) has a decoded
+    type ktuned never stores, naming the table, column and row; "" when all is well."""
+    if depth > 4:
+        return ""
+    if is_dataclass(value) and not isinstance(value, type):
+        where = _row_id(value)
+        for f in fields(value):
+            v = getattr(value, f.name)
+            if f.name == "knobs" and _bad_knobs(v):
+                return f"candidates.knobs_json of {where} is {_short(v)}, not an object of scalars"
+            if f.name in _TIME_FIELDS and _bad_time(v):
+                return f"{_TIME_FIELDS[f.name]} of {where} is {_short(v)}, not a finite number >= 0"
+            if f.name == "timings" and isinstance(v, Mapping):
+                bad = next((k for k, t in v.items() if _bad_time(t)), None)
+                if bad is not None:
+                    return (
+                        f"evaluations.result_json of {where} has timing {_short(bad)} = "
+                        f"{_short(v[bad])}, not a finite number >= 0"
+                    )
+            elif f.name == "result":  # an EvalResult decoded from evaluations.result_json
+                times = [("time_s", getattr(v, "time_s", None))]
+                timings = getattr(v, "timings", {})
+                times += list(timings.items()) if isinstance(timings, Mapping) else []
+                for label, t in times:
+                    if _bad_time(t):
+                        return (
+                            f"evaluations.result_json of {where} has {label} {_short(t)}, "
+                            "not a finite number >= 0"
+                        )
+            elif isinstance(v, (list, tuple)) or (is_dataclass(v) and not isinstance(v, type)):
+                found = stored_type_problem(v, depth + 1)
+                if found:
+                    return found
+        return ""
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            if is_dataclass(item) or isinstance(item, (list, tuple)):
+                found = stored_type_problem(item, depth + 1)
+                if found:
+                    return found
+    return ""
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

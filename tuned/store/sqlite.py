@@ -131,14 +131,23 @@ class SqliteStore(Store):
             raise StoreError(f"reading the store {self.path} failed: {exc}") from exc
 
     @classmethod
-    def open_reader(cls, path: Path) -> SqliteStore:
+    def open_reader(cls, path: Path, *, missing_ok: bool = False) -> SqliteStore:
         """A read-only store on an existing database, usable from any thread (one at a time).
 
-        For readers beside a writing daemon (the metrics collector): it never takes the write
-        lock, so a scrape cannot delay an evaluation's record.
+        For readers beside a writing daemon (the metrics collector) and the read commands
+        (``ktuned status``, ``best``, ``report``, ``export``): it never takes the write lock,
+        creates, migrates or checkpoints the database, nor removes its write-ahead log, and
+        it sees what a concurrent writer has committed. A file that is not a ktuned store
+        (empty, or another program's database) is refused as damaged; a store written by an
+        older ktuned is read from a migrated copy in memory (its file is left as it is).
+        ``missing_ok``: a missing file reads as an empty store (nothing is created).
         """
         store = cls.__new__(cls)
         store.path = path
+        if missing_ok and not path.exists() and not path.is_symlink():
+            store._db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+            store._migrate()
+            return store
         try:
             store._db = sqlite3.connect(
                 f"{path.resolve().as_uri()}?mode=ro",
@@ -147,8 +156,10 @@ class SqliteStore(Store):
                 isolation_level=None,
                 check_same_thread=False,
             )
-            store._db.execute("SELECT COUNT(*) FROM kernels").fetchall()
+            store._check_reader()
         except (sqlite3.Error, UnicodeDecodeError) as exc:
+            if hasattr(store, "_db"):
+                store._db.close()
             if is_damage(exc):
                 raise damaged_store_error(str(path), exc) from None
             raise StoreError(
@@ -158,7 +169,35 @@ class SqliteStore(Store):
             raise StoreError(
                 f"cannot read the store {path}: {exc}; check that it exists and is readable"
             ) from exc
+        except StoreError:
+            store._db.close()
+            raise
         return store
+
+    def _check_reader(self) -> None:
+        """Refuse a database without ktuned's tables or of a newer schema; read an older one
+        from a migrated copy in memory (a reader never writes the file)."""
+        version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
+        tables = {
+            str(r[0]) for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        }
+        if "kernels" not in tables:
+            what = "an empty file" if not tables else f"{len(tables)} tables, none of ktuned's"
+            raise damaged_store_error(
+                str(self.path), ValueError(f"not a ktuned store: {what}, schema version {version}")
+            )
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path} was written by a newer ktuned (schema {version}, this one "
+                f"knows {SCHEMA_VERSION}); upgrade ktuned or use another --state-dir"
+            )
+        if version < SCHEMA_VERSION:
+            copy = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+            self._db.backup(copy)
+            self._db.close()
+            self._db = copy
+            self._migrate()
+        self._db.execute("SELECT COUNT(*) FROM kernels").fetchall()
 
     def checkpoint(self, wait_s: float = 2.0) -> None:
         """Fold the write-ahead log into the database file (before a clean stop).
