@@ -19,7 +19,10 @@ Triton's autotuner.
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
+import keyword
+import math
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -32,6 +35,7 @@ from tuned.runtime import standalone
 from tuned.runtime.plan import Plan, describe_device, plan_on
 from tuned.runtime.shapes import ShapeBest
 from tuned.store.api import Store
+from tuned.text import printable
 
 __all__ = ["CONFIG_KWARGS", "export_kernel", "export_plan", "triton_configs"]
 
@@ -46,19 +50,27 @@ def export_plan(store: Store, name: str, fingerprint_id: str | None = None) -> P
     the kernel's current generation has a successful evaluation."""
     kernel = store.kernel(name)
     if kernel is None:
-        names = ", ".join(k.name for k in store.kernels()) or "none yet"
-        raise BadInputError(f"no kernel {name!r} in the store {store.location} (known: {names})")
+        names = ", ".join(printable(k.name, 80) for k in store.kernels()) or "none yet"
+        raise BadInputError(
+            f"no kernel {printable(repr(name))} in the store {store.location} (known: {names})"
+        )
     if fingerprint_id is None:
         evaluated = store.evaluated_fingerprints(name, kernel.generation)
         if not evaluated:
             raise BadInputError(
-                f"{name} (generation {kernel.generation[:12]}) has no successful evaluation "
+                f"{printable(name, 80)} (generation {printable(kernel.generation[:12])}) has no "
+                "successful evaluation "
                 "yet: nothing to export; run `ktuned tune` first"
             )
         fingerprint_id = evaluated[0][0]
     plan = plan_on(store, name, fingerprint_id)
+    if plan.notes:  # a stored row that would have been exported failed its checks
+        raise BadInputError(
+            f"{printable(name, 80)}: nothing exported: the store {printable(store.location)} "
+            f"holds rows that fail their checks: {'; '.join(plan.notes)}"
+        )
     if plan.status not in ("tuned", "original"):
-        raise BadInputError(f"{name}: nothing to export: {plan.reason}")
+        raise BadInputError(f"{printable(name, 80)}: nothing to export: {plan.reason}")
     return plan
 
 
@@ -111,7 +123,10 @@ def export_kernel(
         )
     original = _checked_source(store, plan.original_hash, f"{name}'s original")
     files: dict[str, str] = {ORIGINAL_FILE: original}
+    modules = (out / "modules").resolve()
     for rel, text in (extra_files or {}).items():
+        if not (modules / rel).resolve().is_relative_to(modules):
+            raise BadInputError(f"sibling module {printable(rel)!r} is outside its entry")
         files[f"modules/{rel}"] = text
     variants = []
     _, base_knobs = materialize(original, plan.launcher, plan.baseline_knobs, sources=extra_files)
@@ -182,22 +197,56 @@ def export_kernel(
         path = out / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
-    (out / "_ktuned_runtime.py").write_text(
-        Path(standalone.__file__).read_text(encoding="utf-8"), encoding="utf-8"
-    )
-    (out / "__init__.py").write_text(_package_init(plan), encoding="utf-8")
+    package = {
+        "_ktuned_runtime.py": Path(standalone.__file__).read_text(encoding="utf-8"),
+        "__init__.py": _package_init(plan),
+    }
+    for rel, text in package.items():
+        (out / rel).write_text(text, encoding="utf-8")
+    # For audits: the package's own files (the loader checks the modules/ files at import).
+    manifest["package_files"] = [
+        {"file": rel, "sha256": hashlib.sha256(text.encode()).hexdigest()}
+        for rel, text in package.items()
+    ]
     manifest_path = out / standalone.MANIFEST
-    manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", "utf-8")
+    text = json.dumps(_finite(manifest), indent=2, sort_keys=True, allow_nan=False)
+    manifest_path.write_text(text + "\n", "utf-8")
     return manifest_path
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with non-finite floats (stored timings are untrusted) as ``None``: the
+    manifest is strict JSON, never a bare ``NaN`` or ``Infinity``. Knobs never get here
+    non-finite: :func:`~tuned.runtime.plan.knob_problem` refuses them."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _literal(text: object) -> str:
+    """Stored text made safe inside a generated triple-quoted string: ASCII only, no raw
+    newline, every quote and backslash escaped, so it cannot end the literal; the literal's
+    value is ``text`` again."""
+    return str(text).encode("unicode_escape").decode("ascii").replace('"', '\\"')
 
 
 def _package_init(plan: Plan) -> str:
     fp = plan.fingerprint
     device = fp.get("gpu_model") if fp.get("mode") == "gpu" else "the Triton interpreter"
-    launcher = plan.launcher if plan.launcher.isidentifier() else "kernel"
-    return f'''"""{plan.kernel}: the bests found by ktuned, runnable without ktuned.
+    launcher = plan.launcher
+    if not launcher.isidentifier() or keyword.iskeyword(launcher) or launcher.startswith("_"):
+        launcher = "kernel"
+    # Every stored string goes through _literal: none can end the docstring (a kernel named
+    # 'k"""; import os; ...' ran its code when the package was imported).
+    kernel, device = _literal(plan.kernel), _literal(device)
+    triton, torch = _literal(fp.get("triton")), _literal(fp.get("torch"))
+    return f'''"""{kernel}: the bests found by ktuned, runnable without ktuned.
 
-Measured on {device}, triton {fp.get("triton")}, torch {fp.get("torch")} (manifest.json has
+Measured on {device}, triton {triton}, torch {torch} (manifest.json has
 everything: knobs and speedups per timed shape, intervals, the fingerprint, the date)::
 
     from <this package> import {launcher}
@@ -227,14 +276,18 @@ def triton_configs(plan: Plan) -> str:
     become ``triton.Config`` keyword arguments.
     """
     fp = plan.fingerprint
+    # Comments hold stored text: printable() escapes newlines, so none ends its comment.
     lines = [
-        f"# ktuned: {plan.kernel}, generation {plan.generation[:12]}, "
-        f"{fp.get('gpu_model')} ({fp.get('mode')}), triton {fp.get('triton')}, "
-        f"torch {fp.get('torch')}; {plan.timing_kind} timings",
+        printable(
+            f"# ktuned: {plan.kernel}, generation {plan.generation[:12]}, "
+            f"{fp.get('gpu_model')} ({fp.get('mode')}), triton {fp.get('triton')}, "
+            f"torch {fp.get('torch')}; {plan.timing_kind} timings",
+            1000,
+        ),
     ]
     for shape, index in zip(plan.shapes, plan.shape_variant):
         speedup = f"{shape.speedup:.2f}x vs original" if shape.speedup else "no baseline"
-        lines.append(f"# {shape.label}: configs[{index}] ({speedup})")
+        lines.append(printable(f"# {shape.label}: configs[{index}] ({speedup})", 1000))
     lines += ["import triton", "", "configs = ["]
     for v in plan.variants:
         meta = {k: val for k, val in v.knobs.items() if k not in CONFIG_KWARGS}
@@ -256,7 +309,7 @@ def export_command(store: Store, name: str, out: Path | None, fmt: str) -> str:
     manifest_path = export_kernel(store, name, out, extra_files=extra)
     manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     lines = [
-        f"exported {name} to {out} ({len(manifest['variants'])} variant(s), "
+        f"exported {printable(name, 80)} to {out} ({len(manifest['variants'])} variant(s), "
         f"{len(manifest['shapes'])} timed shape(s), speedup "
         f"{_ratio(manifest['best']['speedup'])} on {describe_device(manifest['fingerprint'])}"
         f" ({manifest['timing_kind']} timings))",
@@ -265,10 +318,11 @@ def export_command(store: Store, name: str, out: Path | None, fmt: str) -> str:
         lines.append("the best differs by shape:")
         for s in manifest["shapes"]:
             knobs = manifest["variants"][s["variant"]]["knobs"]
-            lines.append(f"  {s['label']}: {knobs} ({_ratio(s['speedup'])} vs original)")
+            label = printable(s["label"])
+            lines.append(f"  {label}: {knobs} ({_ratio(s['speedup'])} vs original)")
     lines.append(
         f"use: sys.path.insert(0, {str(out.resolve().parent)!r}); "
-        f"from {out.name} import {manifest['launcher']}"
+        f"from {out.name} import {printable(manifest['launcher'], 80)}"
         if out.name.isidentifier()
         else f"use: load_export(Path({str(out.resolve())!r})) from {out / '_ktuned_runtime.py'}"
     )

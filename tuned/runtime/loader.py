@@ -49,6 +49,7 @@ from tuned.runtime.standalone import (
 )
 from tuned.store.api import Store
 from tuned.store.sqlite import SqliteStore
+from tuned.text import printable
 
 __all__ = [
     "Fallback",
@@ -165,22 +166,29 @@ def _load(
         )
     except TamperedSourceError as exc:
         raise RuntimeLoadError(
-            f"{name}: the stored original does not match its hash ({exc}); the store at "
-            f"{store.location} was modified: sync the entry again (ktuned tune) before loading"
+            f"{printable(name, 80)}: the stored original does not match its hash ({exc}); "
+            f"the store at {store.location} was modified: sync the entry again (ktuned tune) "
+            "before loading"
         ) from exc
     original = Variant(getattr(original_module, plan.launcher), base_knobs, "original", "original")
+    shown = printable(name, 80)
+    where = f"store {printable(store.location)}"
 
     def fall_back(status: str, reason: str, level: int) -> TunedKernel:
         if fallback == "error":
-            raise RuntimeLoadError(f"{name}: no validated variant to run: {reason}")
+            raise RuntimeLoadError(f"{shown}: no validated variant to run: {reason}")
         runs = original if not callable(fallback) else Variant(fallback, {}, "fallback", "fallback")
-        log.log(level, "%s: running the %s: %s", name, runs.label, reason)
+        log.log(level, "%s: running the %s: %s", shown, runs.label, reason)
         return TunedKernel(
             name=name, status=status, reason=reason, variants=[runs], info=_info(plan)
         )
 
     if plan.status in ("none", "stale"):
         return fall_back(plan.status, plan.reason, logging.WARNING)
+    if plan.status == "refused":  # stored rows failed their checks (plan.notes)
+        return fall_back("refused", f"{plan.reason} ({where})", logging.WARNING)
+    for note in plan.notes:  # refused variants: the next validated one runs in their place
+        log.warning("%s: %s (%s)", shown, note, where)
     variants = []
     for ref in plan.variants:
         knobs = dict(ref.knobs)
@@ -221,7 +229,7 @@ def _load(
         shape_of=shape_of,
         info=_info(plan),
     )
-    log.debug("%s: %s; %d variant(s), %d shape(s)", name, plan.reason, len(variants), len(buckets))
+    log.debug("%s: %s; %d variant(s), %d shape(s)", shown, plan.reason, len(variants), len(buckets))
     return kernel
 
 
@@ -266,13 +274,19 @@ def _import_stored(
         raise TamperedSourceError(f"stored source {source_hash[:16]}... is {got}")
     text, rest = materialize(text, plan.launcher, knobs, sources=extra)
     source_hash = sha256_text(text)
+    # Names of files and modules derive from stored text: reduced to [0-9a-zA-Z_] so that
+    # none can leave the private directory (a generation "/../../x" would).
     safe = re.sub(r"[^0-9a-zA-Z_]", "_", plan.kernel)
+    generation = re.sub(r"[^0-9a-zA-Z_]", "_", plan.generation[:16])
     module_name = f"ktuned_runtime_{safe}_{source_hash[:16]}"
     with _files_lock:
-        directory = _root() / f"{safe}_{plan.generation[:16]}"
+        root = _root().resolve()
+        directory = root / f"{safe}_{generation}"
         directory.mkdir(parents=True, exist_ok=True)
         for rel, content in extra.items():
-            target = directory / rel
+            target = (directory / rel).resolve()
+            if not target.is_relative_to(directory):
+                raise TamperedSourceError(f"sibling module {printable(rel)!r} is outside its entry")
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(content, encoding="utf-8")
         path = directory / f"{module_name}.py"
