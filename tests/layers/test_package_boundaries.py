@@ -33,6 +33,7 @@ RUNTIME_ALLOWED = (
     "tuned.paths",
     "tuned.outcomes",
     "tuned.acceptance",
+    "tuned.text",
 )
 #: Never in the runtime's import closure: the tuner, its libraries and heavy dependencies.
 RUNTIME_FORBIDDEN = (

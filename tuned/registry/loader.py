@@ -16,7 +16,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from profilers.classify import DTYPE_BYTES, evaluate_expression
 from tuned.errors import BadInputError, RegistryError
 from tuned.registry.discovery import Discovery, discover_knobs, discover_source
 from tuned.registry.installed import InstalledLauncher, find_installed, package_of
@@ -453,6 +452,10 @@ def _check_roofline_values(
     have one. At most :data:`MAX_ROOFLINE_CASES` cases per expression are evaluated (a bound
     on the time a huge shapes list takes); beyond them, a case the expression cannot be
     evaluated for gets no roofline point (:func:`profilers.classify.roofline_point`)."""
+    # Imported here: the runtime imports this module, and a user's process never needs the
+    # profilers (tests/layers/test_package_boundaries.py).
+    from profilers.classify import DTYPE_BYTES, evaluate_expression
+
     flagged = {p.field for p in out.items}
     if any(f == "shapes" or f.startswith("shapes[") for f in flagged):
         return
