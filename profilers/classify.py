@@ -135,14 +135,13 @@ def evaluate_expression(text: str, names: Mapping[str, float]) -> float:
                 value = _OPS[type(node.op)](left, right)
             except (ArithmeticError, ValueError) as exc:  # N/0, 0**-1, an overflowing power
                 raise ValueError(
-                    f"{_show(left)} {_SYMBOLS[type(node.op)]} {_show(right)} fails "
-                    f"({exc.args[-1] if exc.args else exc}) in "
-                    f"roofline expression {text!r}"
+                    f"{ast.unparse(node)} fails at {left:g} and {right:g} "
+                    f"({exc.args[-1] if exc.args else exc}) in roofline expression {text!r}"
                 ) from None
             if not isinstance(value, (int, float)):  # a negative number's fractional power
                 raise ValueError(
-                    f"{_show(left)} {_SYMBOLS[type(node.op)]} {_show(right)} is not a real "
-                    f"number in roofline expression {text!r}"
+                    f"{ast.unparse(node)} at {left:g} and {right:g} is not a real number "
+                    f"in roofline expression {text!r}"
                 )
             return float(value)
         raise ValueError(f"{type(node).__name__} is not allowed in roofline expression {text!r}")
@@ -158,20 +157,6 @@ def evaluate_expression(text: str, names: Mapping[str, float]) -> float:
     if not math.isfinite(result):
         raise ValueError(f"roofline expression {text!r} is {result}, not a finite number")
     return result
-
-
-_SYMBOLS = {
-    ast.Add: "+",
-    ast.Sub: "-",
-    ast.Mult: "*",
-    ast.Div: "/",
-    ast.FloorDiv: "//",
-    ast.Pow: "**",
-}
-
-
-def _show(value: float) -> str:
-    return f"{value:g}"
 
 
 def _work(text: str | None, names: Mapping[str, float]) -> float | None:
