@@ -422,9 +422,6 @@ def _status(args: argparse.Namespace) -> int:
         from tuned.runtime.notes import status_notes
 
         notes = status_notes(store)
-        for k in kernels:  # a newline in a name must not start a line of its own
-            if notes and printable(k.name) != k.name:
-                notes = notes.replace(k.name, printable(k.name))
         if notes:
             print(printable(notes, None, keep="\n"))
         for directory, problems in invalid.items():

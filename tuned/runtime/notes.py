@@ -6,12 +6,14 @@ from __future__ import annotations
 from tuned.runtime.plan import plan_on
 from tuned.runtime.stale import stale_bests
 from tuned.store.api import Store
+from tuned.text import printable
 
 __all__ = ["status_notes"]
 
 
 def status_notes(store: Store) -> str:
-    """Lines to print under the status table ("" when there is nothing to say)."""
+    """Lines to print under the status table ("" when there is nothing to say); stored names
+    with their control characters escaped, so none starts a line of its own."""
     lines = []
     known = store.known_fingerprints()
     for k in store.kernels():
@@ -23,14 +25,15 @@ def status_notes(store: Store) -> str:
         plan = plan_on(store, k.name, evaluated[0][0])
         if plan.differs_by_shape:
             lines.append(
-                f"{k.name}: the best differs by shape; besides {dict(plan.variants[0].knobs)}:"
+                f"{printable(k.name)}: the best differs by shape; besides "
+                f"{dict(plan.variants[0].knobs)}:"
             )
             lines.append(plan.shape_summary())
     if known:
         newest = list(known.values())[-1]
         for name, ids in sorted(stale_bests(store, newest).items()):
             lines.append(
-                f"{name}: {len(ids)} stale best(s): measured under older software of this "
-                "device; the daemon re-validates them first"
+                f"{printable(name)}: {len(ids)} stale best(s): measured under older software "
+                "of this device; the daemon re-validates them first"
             )
     return "\n".join(lines)
