@@ -379,3 +379,36 @@ def test_a_new_kernel_is_not_handed_to_a_spare_still_preparing(
         assert result.outcome is Outcome.OK and client.spare_takeovers == 1
     finally:
         client.close()
+
+
+def test_a_spare_taken_over_skips_the_preparations_it_has_not_begun(
+    tmp_path: Path, write_entry: WriteEntry
+) -> None:
+    """A re-measurement goes to a spare (``fresh``) that may still have the cases of several
+    kernels queued to make (on the H100 one waited 56 s for five kernels prepared ahead):
+    taken over, it skips those it has not begun, and the evaluation makes what it needs."""
+    first = load_entry(write_entry("first"))
+    slow = [load_entry(write_entry(f"slow{i}", _SLOW_INPUTS)) for i in range(4)]
+    client = WorkerClient(
+        workdir=tmp_path / "w", settings=EvaluationSettings(interpreter=True), spares=1
+    )
+    try:
+        client.start()
+        assert client.evaluate(first, _candidate(first, first.module_source, 128)).outcome is (
+            Outcome.OK
+        )
+        for spec in slow:  # each makes 8 cases at 0.5 s: 16 s of preparations queued
+            client.prepare_ahead(spec)
+        client.fresh()
+        began = time.monotonic()
+        result = client.evaluate(first, _candidate(first, first.module_source, 256))
+        elapsed = time.monotonic() - began
+        assert result.outcome is Outcome.OK
+        assert client.spare_takeovers == 1
+        assert client.preparations_skipped >= 3  # at most the first had begun
+        assert elapsed < 12, f"the take-over waited {elapsed:.1f} s"
+        # A kernel it skipped is new to it: evaluated there, its cases made on demand.
+        result = client.evaluate(slow[3], _candidate(slow[3], slow[3].module_source, 128))
+        assert result.outcome is Outcome.OK
+    finally:
+        client.close()

@@ -75,23 +75,62 @@ def compare_outputs(out: Any, ref: Any, atol: float, rtol: float) -> None:
             )
         if o.dtype != r.dtype:
             raise CaseFailure("incorrect", f"output {i} has dtype {o.dtype}, reference {r.dtype}")
-        of, rf = o.double(), r.double()
-        nans = torch.isnan(of)
-        if bool(nans.any()):
-            count = int(nans.sum())
-            first = tuple(int(j) for j in torch.nonzero(nans)[0].tolist())
-            raise CaseFailure("nan", f"output {i}: {count} NaN elements, first at {first}")
-        bad = ~torch.isclose(of, rf, rtol=rtol, atol=atol, equal_nan=False)
-        if bool(bad.any()):
-            err = (of - rf).abs()
-            err = torch.where(torch.isfinite(err), err, torch.full_like(err, math.inf))
-            count = int(bad.sum())
-            first = tuple(int(j) for j in torch.nonzero(bad)[0].tolist())
-            raise CaseFailure(
-                "incorrect",
-                f"output {i}: {count}/{o.numel()} elements outside atol={atol} rtol={rtol}, "
-                f"max abs error {float(err.max()):.3g}, first at {first}",
-            )
+        _compare_tensor(i, o, r, atol, rtol)
+
+
+#: Elements compared at a time: the comparison works in float64, several temporaries of 8
+#: bytes an element at once. Whole, Liger's KL divergence gradient at a 128k vocabulary
+#: (8192 x 128256) asked the judge for 7.8 GiB more than the 53.6 GiB it held.
+COMPARE_CHUNK = 1 << 24
+
+
+def _compare_tensor(i: int, o: Any, r: Any, atol: float, rtol: float) -> None:
+    """Output ``i`` against its reference, same shape and dtype, in chunks of
+    :data:`COMPARE_CHUNK` elements (bounded memory whatever the size)."""
+    import torch
+
+    flat_o, flat_r = o.reshape(-1), r.reshape(-1)
+    nans = bad = 0
+    first_nan = first_bad = None
+    max_err = 0.0
+    for start in range(0, flat_o.numel(), COMPARE_CHUNK):
+        of = flat_o[start : start + COMPARE_CHUNK].double()
+        rf = flat_r[start : start + COMPARE_CHUNK].double()
+        nan = torch.isnan(of)
+        count = int(nan.sum())
+        if count:
+            nans += count
+            if first_nan is None:
+                first_nan = start + int(torch.nonzero(nan)[0])
+        if nans:
+            continue  # NaN is the verdict; only their count and the first are wanted now
+        off = ~torch.isclose(of, rf, rtol=rtol, atol=atol, equal_nan=False)
+        count = int(off.sum())
+        if count:
+            bad += count
+            if first_bad is None:
+                first_bad = start + int(torch.nonzero(off)[0])
+        err = (of - rf).abs()
+        err = torch.where(torch.isfinite(err), err, torch.full_like(err, math.inf))
+        max_err = max(max_err, float(err.max())) if err.numel() else max_err
+    if first_nan is not None:
+        where = _unravel(first_nan, o.shape)
+        raise CaseFailure("nan", f"output {i}: {nans} NaN elements, first at {where}")
+    if first_bad is not None:
+        raise CaseFailure(
+            "incorrect",
+            f"output {i}: {bad}/{o.numel()} elements outside atol={atol} rtol={rtol}, "
+            f"max abs error {max_err:.3g}, first at {_unravel(first_bad, o.shape)}",
+        )
+
+
+def _unravel(flat: int, shape: Sequence[int]) -> tuple[int, ...]:
+    """The index in a tensor of ``shape`` of its ``flat``-th element (row-major)."""
+    index = []
+    for size in reversed(tuple(shape)):
+        flat, at = divmod(flat, size) if size else (flat, 0)
+        index.append(at)
+    return tuple(reversed(index))
 
 
 def check_inputs_unchanged(before: Sequence[Any], after: Sequence[Any]) -> None:

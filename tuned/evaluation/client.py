@@ -110,6 +110,8 @@ class WorkerClient:
         self.env = dict(env or {})
         #: Workers that took over from the spare (the rest of ``starts`` were started cold).
         self.spare_takeovers = 0
+        #: Preparations a spare had not begun when it was taken over, and skipped.
+        self.preparations_skipped = 0
         self._spares: list[_Child] = []  # oldest first: the first to be ready
         self._dying: list[subprocess.Popen[bytes]] = []  # killed by fresh(), not reaped yet
         self._spares_started = 0
@@ -317,21 +319,34 @@ class WorkerClient:
     def _take(self, child: _Child) -> dict[str, Any] | None:
         """Make ``child`` the running worker; its first message (``None``: none in time).
 
-        A spare asked to prepare answers that request too. A missing answer or a fatal
-        failure (the process is gone or its CUDA context broken) makes it unusable: the error
-        is returned and the caller starts one cold instead. A spare whose preparation failed
-        otherwise is still fresh, and is used."""
+        A spare asked to prepare answers those requests too; it is told first that it is
+        taken, for which kernel (``{"op": "taken", "kernel": ...}``), and skips the
+        preparations of other kernels that it has not begun, instead of making the cases of
+        every kernel queued ahead before the evaluation can start. A missing answer or a
+        fatal failure (the process is gone or its CUDA context broken) makes it unusable: the
+        error is returned and the caller starts one cold instead. A spare whose preparation
+        failed otherwise is still fresh, and is used."""
         self._child = child
+        if child.prepared:
+            taken = {"op": "taken", "kernel": self._kernel}
+            _write_now(child.to_worker, (json.dumps(taken) + "\n").encode())
         message = self._read_message(child)
         if message is None or message.get("type") != "ready":
             return message
+        skipped = []
         for kernel in child.prepared:  # one answer per request, in order
             answer = self._read_message(child)
             if answer is None or answer.get("type") != "prepared" or answer.get("fatal"):
                 why = "no answer" if answer is None else answer.get("reason", answer.get("type"))
                 return {"type": "error", "reason": f"it did not prepare for {kernel}: {why}"}
-            if not answer.get("ok"):
+            if answer.get("skipped"):
+                skipped.append(kernel)
+            elif not answer.get("ok"):
                 log.info("the spare did not prepare for %s: %s", kernel, answer["reason"])
+        for kernel in skipped:  # a kernel new to it, as for a cold worker
+            child.prepared.remove(kernel)
+            child.ahead.discard(kernel)
+        self.preparations_skipped += len(skipped)
         return message
 
     def _read_message(self, child: _Child) -> dict[str, Any] | None:
@@ -616,6 +631,21 @@ class _Child:
         for fd in (self.to_worker, self.reader.fd):
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def _write_now(fd: int, data: bytes) -> bool:
+    """Write ``data`` unless the pipe is full or gone; never blocks the caller. Meant for
+    short messages (up to ``PIPE_BUF``, 4 KiB on Linux, a write is all or nothing)."""
+    blocking = os.get_blocking(fd)
+    try:
+        os.set_blocking(fd, False)
+        os.write(fd, data)
+    except OSError:  # BlockingIOError (full), BrokenPipeError (gone)
+        return False
+    finally:
+        with contextlib.suppress(OSError):
+            os.set_blocking(fd, blocking)
+    return True
 
 
 def _grow_pipe(fd: int) -> int:

@@ -14,6 +14,7 @@ import importlib.util
 import json
 import os
 import resource
+import select
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -38,22 +39,61 @@ MAX_LINE = 1 << 22
 
 
 class Channel:
-    """JSON lines over a pair of pipe file descriptors."""
+    """JSON lines over a pair of pipe file descriptors.
+
+    Lines are read from the descriptor directly (no buffered text reader), so that
+    :meth:`waiting` can see, without blocking, what was sent and not yet received: a spare
+    worker skips preparations once the client has taken it over (``worker._serve``)."""
 
     def __init__(self, in_fd: int, out_fd: int) -> None:
-        self._in: IO[str] = os.fdopen(in_fd, "r", encoding="utf-8")
+        self._in_fd = in_fd
+        self._buffer = b""
+        self._ended = False
         self._out: IO[str] = os.fdopen(out_fd, "w", encoding="utf-8")
 
     def send(self, message: Mapping[str, Any]) -> None:
         self._out.write(json.dumps(message) + "\n")
         self._out.flush()
 
+    def _read(self, *, block: bool) -> bool:
+        """Append what the pipe holds to the buffer, waiting for some with ``block``;
+        ``False`` at its end or, without ``block``, when nothing is there."""
+        if self._ended:
+            return False
+        if not block and not select.select([self._in_fd], [], [], 0)[0]:
+            return False
+        chunk = os.read(self._in_fd, 1 << 16)
+        if not chunk:
+            self._ended = True
+            return False
+        self._buffer += chunk
+        return True
+
     def receive(self) -> dict[str, Any] | None:
-        line = self._in.readline(MAX_LINE)
-        if not line:
-            return None
+        """The next message; ``None`` once the other side closed (a cut-off line too)."""
+        while b"\n" not in self._buffer:
+            if len(self._buffer) > MAX_LINE:
+                raise ValueError(f"a message longer than {MAX_LINE} bytes")
+            if not self._read(block=True):
+                return None
+        line, _, self._buffer = self._buffer.partition(b"\n")
         message: dict[str, Any] = json.loads(line)
         return message
+
+    def waiting(self) -> list[dict[str, Any]]:
+        """The complete messages sent and not yet received, read without blocking; they
+        stay to be received (lines that are no JSON object are left out here)."""
+        while len(self._buffer) <= MAX_LINE and self._read(block=False):
+            pass
+        messages = []
+        for line in self._buffer.split(b"\n")[:-1]:
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(message, dict):
+                messages.append(message)
+        return messages
 
 
 _PR_SET_DUMPABLE = 4

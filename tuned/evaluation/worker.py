@@ -290,6 +290,16 @@ def _holds_stray_memory(device: str, cache: CaseCache, pool: RunnerPool) -> bool
     return True
 
 
+#: A spare's answer to a request to prepare that it skipped: taken over first.
+_SKIPPED = {
+    "type": "prepared",
+    "ok": False,
+    "fatal": False,
+    "skipped": True,
+    "reason": "taken over",
+}
+
+
 def _serve(
     channel: Channel, device: str, loader: ModuleLoader, pool: RunnerPool, turn: GpuTurn
 ) -> None:
@@ -298,7 +308,16 @@ def _serve(
         request = channel.receive()
         if request is None or request.get("op") == "exit":
             return
+        if request.get("op") == "taken":
+            continue  # said by the client when it takes this spare over (see below)
         if request.get("op") == "prepare":
+            taken = [m for m in channel.waiting() if m.get("op") == "taken"]
+            if taken and taken[0].get("kernel") != request.get("kernel", {}).get("name"):
+                # Taken over for another kernel before this preparation began: its cases are
+                # made when (if ever) one of its candidates comes. On the H100 a
+                # re-measurement waited 56 s for a spare making five kernels' cases first.
+                channel.send(_SKIPPED)
+                continue
             answer = prepare(request, loader, device, pool, cache, turn)
             _return_device_memory(device)
             channel.send(answer)

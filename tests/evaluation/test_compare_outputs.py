@@ -1,0 +1,73 @@
+"""The output comparison in chunks: the same verdict and message as a whole comparison,
+in memory bounded by the chunk, whatever the output's size."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tuned.evaluation import checks
+from tuned.evaluation.checks import CaseFailure, compare_outputs
+
+
+def _verdict(out: torch.Tensor, ref: torch.Tensor) -> tuple[str, str] | None:
+    try:
+        compare_outputs(out, ref, atol=1e-3, rtol=1e-3)
+    except CaseFailure as failure:
+        return failure.outcome, failure.reason
+    return None
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64, 1 << 24])
+def test_chunked_comparison_finds_what_a_whole_one_finds(
+    monkeypatch: pytest.MonkeyPatch, chunk: int
+) -> None:
+    monkeypatch.setattr(checks, "COMPARE_CHUNK", chunk)
+    ref = torch.arange(6 * 5 * 4, dtype=torch.float32).reshape(6, 5, 4)
+    assert _verdict(ref.clone(), ref) is None
+    out = ref.clone()
+    out[2, 3, 1] += 5.0  # the first wrong element, flat index 57
+    out[5, 4, 3] -= 9.0  # the largest error, the last element
+    out[4, 0, 0] = float("inf")
+    verdict = _verdict(out, ref)
+    assert verdict == (
+        "incorrect",
+        "output 0: 3/120 elements outside atol=0.001 rtol=0.001, max abs error inf, "
+        "first at (2, 3, 1)",
+    )
+    out[4, 0, 0] = ref[4, 0, 0]
+    assert _verdict(out, ref) == (
+        "incorrect",
+        "output 0: 2/120 elements outside atol=0.001 rtol=0.001, max abs error 9, "
+        "first at (2, 3, 1)",
+    )
+    out[3, 1, 2] = float("nan")  # NaN wins over wrong values, wherever it is
+    out[5, 0, 0] = float("nan")
+    assert _verdict(out, ref) == ("nan", "output 0: 2 NaN elements, first at (3, 1, 2)")
+
+
+def test_a_zero_dimensional_output_and_an_empty_one() -> None:
+    assert _verdict(torch.tensor(1.0), torch.tensor(1.0)) is None
+    assert _verdict(torch.tensor(2.0), torch.tensor(1.0)) == (
+        "incorrect",
+        "output 0: 1/1 elements outside atol=0.001 rtol=0.001, max abs error 1, first at ()",
+    )
+    assert _verdict(torch.empty(0, 3), torch.empty(0, 3)) is None
+
+
+def test_the_comparison_holds_no_more_than_its_chunk_in_float64(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every float64 temporary is one chunk long, never the whole output."""
+    monkeypatch.setattr(checks, "COMPARE_CHUNK", 1000)
+    sizes: list[int] = []
+    real = torch.Tensor.double
+
+    def double(self: torch.Tensor) -> torch.Tensor:
+        sizes.append(self.numel())
+        return real(self)
+
+    monkeypatch.setattr(torch.Tensor, "double", double)
+    ref = torch.randn(10_000, dtype=torch.float16)
+    assert _verdict(ref.clone(), ref) is None
+    assert sizes and max(sizes) == 1000 and sum(sizes) == 2 * 10_000
