@@ -71,3 +71,38 @@ def test_the_comparison_holds_no_more_than_its_chunk_in_float64(
     ref = torch.randn(10_000, dtype=torch.float16)
     assert _verdict(ref.clone(), ref) is None
     assert sizes and max(sizes) == 1000 and sum(sizes) == 2 * 10_000
+
+
+def test_the_tolerance_widens_per_output_to_cover_the_references_own_spread() -> None:
+    exact = torch.arange(8, dtype=torch.float32)
+    grad = torch.full((4, 4), 100.0)
+    jitter = grad.clone()
+    jitter[1, 2] += 3.0  # e.g. half-precision atomics adding in another order
+    assert checks.widened_atol((exact, grad), (exact.clone(), grad.clone()), 1e-4) == 1e-4
+    assert checks.widened_atol((exact, grad, 7), (exact.clone(), jitter, 7), 1e-4) == (
+        1e-4,
+        6.0,
+        1e-4,
+    )
+    # A candidate is then held to that: within it passes, beyond it fails.
+    atol = checks.widened_atol((exact, grad), (exact.clone(), jitter), 1e-4)
+    near, far = grad.clone(), grad.clone()
+    near[0, 0] += 5.0
+    far[0, 0] += 7.0
+    compare_outputs((exact, near), (exact, grad), atol, 0.0)
+    with pytest.raises(CaseFailure, match=r"output 1: 1/16 elements outside atol=6\.0"):
+        compare_outputs((exact, far), (exact, grad), atol, 0.0)
+    with pytest.raises(CaseFailure, match=r"output 0: 1/8 elements outside atol=0\.0001"):
+        compare_outputs((exact + torch.eye(8)[3], grad), (exact, grad), atol, 0.0)
+
+
+def test_a_reference_that_is_not_reproducible_is_refused() -> None:
+    grad = torch.full((4, 4), 100.0)
+    for broken in (float("nan"), 30.0):  # NaN in one run only; more than a tenth of its size
+        again = grad.clone()
+        again[2, 2] = broken if broken != broken else grad[2, 2] + broken
+        with pytest.raises(CaseFailure, match="differs between two runs on the same inputs"):
+            checks.widened_atol(grad, again, 1e-4)
+    both = grad.clone()
+    both[0, 0] = float("nan")  # NaN where both runs have it: reproducible
+    assert checks.widened_atol(both, both.clone(), 1e-4) == 1e-4

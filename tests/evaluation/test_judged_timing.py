@@ -38,6 +38,10 @@ class _Scripted:
     def case_key(self, case: Case) -> Any:
         return ("kernel", tuple(sorted(case.dims.items())), case.dtype, case.seed)
 
+    def tolerance(self, case: Case, inputs: Any) -> tuple[float, float]:
+        atol, rtol = self.kernel["tolerance"][case.dtype]
+        return atol, rtol
+
     def reference_outputs(self, case: Case, inputs: Any) -> tuple[torch.Tensor]:
         return (inputs[0] * 2,)
 

@@ -188,6 +188,30 @@ class Evaluation:
 
         return self.cache.reference(self.case_key(case), "reference", compute)
 
+    def tolerance(
+        self, case: Case, pristine: Sequence[Any]
+    ) -> tuple[float | tuple[float, ...], float]:
+        """``(atol, rtol)`` for ``case``: its dtype's, and where the reference is the original
+        (no ``reference:`` declared), each output's atol widened to cover what two runs of the
+        original on the same inputs differ by (:func:`~tuned.evaluation.checks.widened_atol`:
+        kernels with atomic adds are not reproducible to the bit). Found once per case and
+        kept with its reference."""
+        from tuned.evaluation.checks import clone_inputs, widened_atol
+
+        atol, rtol = (float(v) for v in self.kernel["tolerance"][case.dtype])
+        if self.kernel.get("reference"):
+            return atol, rtol
+
+        def compute() -> float | tuple[float, ...]:
+            first = self.reference_outputs(case, pristine)
+            again = self._reference.at(case.dims)(*clone_inputs(pristine))
+            widened = widened_atol(first, again, atol)
+            del again
+            self.release_unused()
+            return widened
+
+        return self.cache.reference(self.case_key(case), "atol", compute), rtol
+
     def release_unused(self) -> None:
         """Give back what PyTorch's allocator holds unused in this process once it passes
         :data:`UNUSED_BYTES`: a reference (PyTorch eager, often in float32 with its
@@ -555,7 +579,7 @@ class Evaluation:
         first: tuple[Any, ...] | None,
         signatures: dict[str, tuple[int, tuple[float, ...], tuple[float, ...]]],
     ) -> None:
-        atol, rtol = (float(v) for v in self.kernel["tolerance"][case.dtype])
+        atol, rtol = self.tolerance(case, pristine)
         out = first if first is not None else self.call(candidate, case, pristine, "nan")
         ref = self.reference_outputs(case, pristine)
         # Independence: identical candidate outputs for two seeds whose references differ.

@@ -103,7 +103,7 @@ class JudgedTiming:
         ev = self.evaluation
         rounds = self.rounds
         cases, sets = self.timing_sets(case, inputs_of)
-        atol, rtol = (float(v) for v in ev.kernel["tolerance"][case.dtype])
+        atol, rtol = ev.tolerance(cases[0], sets[0])  # one for every timed set of the case
         targets = [candidate] + ([incumbent] if incumbent is not None else [])
         shapes = ev.reference_outputs(cases[0], sets[0])  # the others' only when compared
         calibrated = [self._calibrate(targets[0], cases[0], sets[0])]
