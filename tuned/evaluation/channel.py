@@ -19,20 +19,22 @@ __all__ = ["MAX_LINE", "LineReader", "parse_message"]
 
 
 class LineReader:
-    """Reads newline-terminated messages from a pipe with a deadline."""
+    """Reads newline-terminated messages from a pipe with a deadline; a line longer than
+    ``limit`` (default :data:`MAX_LINE`) is handed over as it stands, to be refused."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, limit: int | None = None) -> None:
         self.fd = fd
+        self.limit = MAX_LINE if limit is None else limit
         self.buffer = bytearray()
         self._scanned = 0  # bytes of ``buffer`` known to hold no newline
 
     def read_line(self, timeout: float) -> bytes | None:
         """A line; ``b""`` at end of file; ``None`` if ``timeout`` passed first. A line longer
-        than :data:`MAX_LINE` is handed over as it stands (and refused by the caller)."""
+        than ``limit`` is handed over as it stands (and refused by the caller)."""
         deadline = time.monotonic() + timeout
         while (end := self.buffer.find(b"\n", self._scanned)) < 0:
             self._scanned = len(self.buffer)
-            if len(self.buffer) > MAX_LINE:  # no end in sight: hand it over, it is refused
+            if len(self.buffer) > self.limit:  # no end in sight: hand it over, it is refused
                 line = bytes(self.buffer)
                 self.buffer, self._scanned = bytearray(), 0
                 return line

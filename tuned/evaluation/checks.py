@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 __all__ = [
@@ -86,18 +86,23 @@ def compare_outputs(out: Any, ref: Any, atol: float | Sequence[float], rtol: flo
 COMPARE_CHUNK = 1 << 24
 
 
+def _chunks(a: Any, b: Any) -> Iterator[tuple[int, Any, Any]]:
+    """``(start, a_chunk, b_chunk)`` over two tensors of one shape, flattened, in float64,
+    :data:`COMPARE_CHUNK` elements at a time."""
+    flat_a, flat_b = a.reshape(-1), b.reshape(-1)
+    for start in range(0, flat_a.numel(), COMPARE_CHUNK):
+        end = start + COMPARE_CHUNK
+        yield start, flat_a[start:end].double(), flat_b[start:end].double()
+
+
 def _compare_tensor(i: int, o: Any, r: Any, atol: float, rtol: float) -> None:
     """Output ``i`` against its reference, same shape and dtype, in chunks of
     :data:`COMPARE_CHUNK` elements (bounded memory whatever the size)."""
     import torch
 
-    flat_o, flat_r = o.reshape(-1), r.reshape(-1)
     nans = bad = 0
     first_nan = first_bad = None
-    max_err = 0.0
-    for start in range(0, flat_o.numel(), COMPARE_CHUNK):
-        of = flat_o[start : start + COMPARE_CHUNK].double()
-        rf = flat_r[start : start + COMPARE_CHUNK].double()
+    for start, of, rf in _chunks(o, r):
         nan = torch.isnan(of)
         count = int(nan.sum())
         if count:
@@ -112,13 +117,15 @@ def _compare_tensor(i: int, o: Any, r: Any, atol: float, rtol: float) -> None:
             bad += count
             if first_bad is None:
                 first_bad = start + int(torch.nonzero(off)[0])
-        err = (of - rf).abs()
-        err = torch.where(torch.isfinite(err), err, torch.full_like(err, math.inf))
-        max_err = max(max_err, float(err.max())) if err.numel() else max_err
     if first_nan is not None:
         where = _unravel(first_nan, o.shape)
         raise CaseFailure("nan", f"output {i}: {nans} NaN elements, first at {where}")
     if first_bad is not None:
+        max_err = 0.0  # over every element, as a whole comparison would say; only on failure
+        for _, of, rf in _chunks(o, r):
+            err = (of - rf).abs()
+            err = torch.where(torch.isfinite(err), err, torch.full_like(err, math.inf))
+            max_err = max(max_err, float(err.max()))
         raise CaseFailure(
             "incorrect",
             f"output {i}: {bad}/{o.numel()} elements outside atol={atol} rtol={rtol}, "
@@ -152,10 +159,7 @@ def widened_atol(first: Any, again: Any, atol: float) -> float | tuple[float, ..
             widened.append(atol)
             continue
         spread = scale = 0.0
-        flat_a, flat_b = a.reshape(-1), b.reshape(-1)
-        for start in range(0, flat_a.numel(), COMPARE_CHUNK):
-            x = flat_a[start : start + COMPARE_CHUNK].double()
-            y = flat_b[start : start + COMPARE_CHUNK].double()
+        for _, x, y in _chunks(a, b):
             both = torch.isnan(x) & torch.isnan(y)
             diff = torch.where(both, torch.zeros_like(x), (x - y).abs())
             diff = torch.where(torch.isnan(diff), torch.full_like(diff, math.inf), diff)

@@ -14,13 +14,13 @@ import importlib.util
 import json
 import os
 import resource
-import select
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import IO, Any
 
+from tuned.evaluation.channel import LineReader, parse_message
 from tuned.evaluation.checks import CaseFailure
 from tuned.evaluation.guard import Guard
 
@@ -39,59 +39,38 @@ MAX_LINE = 1 << 22
 
 
 class Channel:
-    """JSON lines over a pair of pipe file descriptors.
-
-    Lines are read from the descriptor directly (no buffered text reader), so that
-    :meth:`waiting` can see, without blocking, what was sent and not yet received: a spare
-    worker skips preparations once the client has taken it over (``worker._serve``)."""
+    """JSON lines over a pair of pipe file descriptors. Read through a
+    :class:`~tuned.evaluation.channel.LineReader`, so that :meth:`waiting` can see, without
+    blocking, what was sent and not yet received: a spare worker skips preparations once the
+    client has taken it over (``worker._serve``)."""
 
     def __init__(self, in_fd: int, out_fd: int) -> None:
-        self._in_fd = in_fd
-        self._buffer = b""
-        self._ended = False
+        self._in = LineReader(in_fd, limit=MAX_LINE)
         self._out: IO[str] = os.fdopen(out_fd, "w", encoding="utf-8")
 
     def send(self, message: Mapping[str, Any]) -> None:
         self._out.write(json.dumps(message) + "\n")
         self._out.flush()
 
-    def _read(self, *, block: bool) -> bool:
-        """Append what the pipe holds to the buffer, waiting for some with ``block``;
-        ``False`` at its end or, without ``block``, when nothing is there."""
-        if self._ended:
-            return False
-        if not block and not select.select([self._in_fd], [], [], 0)[0]:
-            return False
-        chunk = os.read(self._in_fd, 1 << 16)
-        if not chunk:
-            self._ended = True
-            return False
-        self._buffer += chunk
-        return True
-
     def receive(self) -> dict[str, Any] | None:
         """The next message; ``None`` once the other side closed (a cut-off line too)."""
-        while b"\n" not in self._buffer:
-            if len(self._buffer) > MAX_LINE:
-                raise ValueError(f"a message longer than {MAX_LINE} bytes")
-            if not self._read(block=True):
-                return None
-        line, _, self._buffer = self._buffer.partition(b"\n")
+        while (line := self._in.read_line(3600.0)) is None:
+            pass  # no deadline: a worker waits for its next request as long as it takes
+        if len(line) > MAX_LINE:
+            raise ValueError(f"a message longer than {MAX_LINE} bytes")
+        if not line:
+            return None
         message: dict[str, Any] = json.loads(line)
         return message
 
     def waiting(self) -> list[dict[str, Any]]:
         """The complete messages sent and not yet received, read without blocking; they
         stay to be received (lines that are no JSON object are left out here)."""
-        while len(self._buffer) <= MAX_LINE and self._read(block=False):
-            pass
+        self._in.complete_lines(limit=MAX_LINE)
         messages = []
-        for line in self._buffer.split(b"\n")[:-1]:
-            try:
-                message = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(message, dict):
+        for line in bytes(self._in.buffer).split(b"\n")[:-1]:
+            message, _ = parse_message(line)
+            if message is not None:
                 messages.append(message)
         return messages
 
