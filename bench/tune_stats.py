@@ -9,7 +9,9 @@ command; the state directory should be fresh) and prints its output and total wa
 from the store, per kernel: evaluations (first measurements, re-measurements apart), the
 median worker seconds per candidate with compilation excluded (the worker's ``load``,
 ``correctness`` and ``benchmark`` phases), and the case-data cache's hit rate (the worker's
-counters, :mod:`tuned.evaluation.case_cache`, summed over the worker processes). Unless
+counters, :mod:`tuned.evaluation.case_cache`, summed over the worker processes), the timed
+cases re-timed for their spread and the spread of the stored sample sets (interquartile range
+over median, 50th and 90th percentile over every timed case of both sides). Unless
 ``--no-referee``, it then runs ``ktuned referee`` on the same state directory and prints its
 table and wall. While each runs, GPU 0's state is sampled through NVML twice a second (SM
 clock, power, temperature, clock-limiting reasons): the campaign's speedups and the
@@ -39,6 +41,7 @@ if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.harness import ROOT
+from tuned.evaluation.timing_judge import dispersion
 
 WORKER_PHASES = ("load", "correctness", "benchmark")  # the worker's, compilation excluded
 
@@ -141,6 +144,13 @@ def ktuned(
     return run, time.perf_counter() - t0
 
 
+def _quantile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
 def store_stats(db_path: Path) -> dict[str, Any]:
     """Per kernel: evaluations, worker seconds per candidate (median), cache counters."""
     if not db_path.exists():
@@ -163,7 +173,13 @@ def store_stats(db_path: Path) -> dict[str, Any]:
     for kernel, outcome, text in rows:
         result = json.loads(text)
         meta = result.get("metadata") or {}
-        k = kernels.setdefault(kernel, {"evaluations": 0, "remeasures": 0, "worker_s": []})
+        k = kernels.setdefault(
+            kernel, {"evaluations": 0, "remeasures": 0, "worker_s": [], "retimed": 0, "spread": []}
+        )
+        k["retimed"] += int(meta.get("retimed") or 0)
+        for key in ("samples", "incumbent_samples"):
+            for times in (meta.get(key) or {}).values():
+                k["spread"].append(dispersion(times))
         if meta.get("remeasure"):
             k["remeasures"] += 1
         else:
@@ -189,6 +205,9 @@ def store_stats(db_path: Path) -> dict[str, Any]:
             "evaluations": k["evaluations"],
             "remeasures": k["remeasures"],
             "median_worker_s": statistics.median(k["worker_s"]) if k["worker_s"] else None,
+            "retimed": k["retimed"],
+            "spread_p50": _quantile(k["spread"], 0.5),
+            "spread_p90": _quantile(k["spread"], 0.9),
         }
     lookups = totals["hits"] + totals["misses"]
     return {
@@ -260,10 +279,17 @@ def main() -> None:
         print(f"ktuned tune: {wall:.1f} s wall (exit {tune.returncode})")
     stats = store_stats(args.state_dir / "ktuned.sqlite")
     result.update(stats)
-    print(f"{'kernel':<20} {'evaluations':>11} {'re-measures':>11} {'median worker s':>16}")
+    print(
+        f"{'kernel':<20} {'evaluations':>11} {'re-measures':>11} {'median worker s':>16} "
+        f"{'re-timed':>8} {'spread p50/p90':>15}"
+    )
     for name, k in stats["kernels"].items():
         median = "-" if k["median_worker_s"] is None else f"{k['median_worker_s']:.2f}"
-        print(f"{name:<20} {k['evaluations']:>11} {k['remeasures']:>11} {median:>16}")
+        spread = "-" if k["spread_p50"] is None else f"{k['spread_p50']:.1%}/{k['spread_p90']:.1%}"
+        print(
+            f"{name:<20} {k['evaluations']:>11} {k['remeasures']:>11} {median:>16} "
+            f"{k['retimed']:>8} {spread:>15}"
+        )
     c = stats["cache"]
     rate = "-" if c["hit_rate"] is None else f"{c['hit_rate']:.1%}"
     print(

@@ -4,8 +4,9 @@ A claim is what ktuned displays or ships for a kernel on this device: the best's
 the original (``ktuned status``, ``best``, the metrics, the report, the export manifest), and,
 per timed shape, the variant ``tuned.runtime.load`` dispatches there with its speedup. The
 referee re-measures each candidate behind a claim in a fresh worker process (the evaluation
-worker: correctness on every case, then timing interleaved with the original, L2 flushed;
-CUDA graphs on a GPU), one candidate at a time, and compares:
+worker: correctness on every case, then the judge's timing interleaved with the original,
+exactly as the campaign's, :mod:`tuned.evaluation.timing_judge`), one candidate at a time, and
+compares:
 
 - per kernel: the claimed speedup against the measured one (the acceptance rule's statistic,
   the geometric mean over timed cases of the ratio of medians); they *agree* when within
