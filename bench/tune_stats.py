@@ -9,9 +9,9 @@ command; the state directory should be fresh) and prints its output and total wa
 from the store, per kernel: evaluations (first measurements, re-measurements apart), the
 median worker seconds per candidate with compilation excluded (the worker's ``load``,
 ``correctness`` and ``benchmark`` phases), and the case-data cache's hit rate (the worker's
-counters, :mod:`tuned.evaluation.case_cache`, summed over the worker processes), the timed
-cases re-timed for their spread and the spread of the stored sample sets (interquartile range
-over median, 50th and 90th percentile over every timed case of both sides). Unless
+counters, :mod:`tuned.evaluation.case_cache`, summed over the worker processes) and the
+spread of the stored sample sets (interquartile range over median, 50th and 90th percentile
+over every timed case of both sides). Unless
 ``--no-referee``, it then runs ``ktuned referee`` on the same state directory and prints its
 table and wall. While each runs, GPU 0's state is sampled through NVML twice a second (SM
 clock, power, temperature, clock-limiting reasons): the campaign's speedups and the
@@ -41,7 +41,6 @@ if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.harness import ROOT
-from tuned.evaluation.timing_judge import dispersion
 
 WORKER_PHASES = ("load", "correctness", "benchmark")  # the worker's, compilation excluded
 
@@ -144,6 +143,14 @@ def ktuned(
     return run, time.perf_counter() - t0
 
 
+def dispersion(samples: list[float]) -> float:
+    """Interquartile range over median (0 for fewer than four samples or a zero median)."""
+    if len(samples) < 4:
+        return 0.0
+    q1, median, q3 = statistics.quantiles(samples, n=4)
+    return (q3 - q1) / median if median > 0 else 0.0
+
+
 def _quantile(values: list[float], q: float) -> float | None:
     if not values:
         return None
@@ -174,9 +181,8 @@ def store_stats(db_path: Path) -> dict[str, Any]:
         result = json.loads(text)
         meta = result.get("metadata") or {}
         k = kernels.setdefault(
-            kernel, {"evaluations": 0, "remeasures": 0, "worker_s": [], "retimed": 0, "spread": []}
+            kernel, {"evaluations": 0, "remeasures": 0, "worker_s": [], "spread": []}
         )
-        k["retimed"] += int(meta.get("retimed") or 0)
         for key in ("samples", "incumbent_samples"):
             for times in (meta.get(key) or {}).values():
                 k["spread"].append(dispersion(times))
@@ -205,7 +211,6 @@ def store_stats(db_path: Path) -> dict[str, Any]:
             "evaluations": k["evaluations"],
             "remeasures": k["remeasures"],
             "median_worker_s": statistics.median(k["worker_s"]) if k["worker_s"] else None,
-            "retimed": k["retimed"],
             "spread_p50": _quantile(k["spread"], 0.5),
             "spread_p90": _quantile(k["spread"], 0.9),
         }
@@ -281,15 +286,12 @@ def main() -> None:
     result.update(stats)
     print(
         f"{'kernel':<20} {'evaluations':>11} {'re-measures':>11} {'median worker s':>16} "
-        f"{'re-timed':>8} {'spread p50/p90':>15}"
+        f"{'spread p50/p90':>15}"
     )
     for name, k in stats["kernels"].items():
         median = "-" if k["median_worker_s"] is None else f"{k['median_worker_s']:.2f}"
         spread = "-" if k["spread_p50"] is None else f"{k['spread_p50']:.1%}/{k['spread_p90']:.1%}"
-        print(
-            f"{name:<20} {k['evaluations']:>11} {k['remeasures']:>11} {median:>16} "
-            f"{k['retimed']:>8} {spread:>15}"
-        )
+        print(f"{name:<20} {k['evaluations']:>11} {k['remeasures']:>11} {median:>16} {spread:>15}")
     c = stats["cache"]
     rate = "-" if c["hit_rate"] is None else f"{c['hit_rate']:.1%}"
     print(

@@ -48,12 +48,6 @@ class TimingSettings:
     #: function synchronizes, or PyTorch lacks timing events in graphs) falls back to eager.
     cuda_graphs: bool = True
     graph_rounds: int = 10  # interleaved rounds (replays per function); samples split evenly
-    #: The judge's timing on a GPU (:mod:`tuned.evaluation.timing_judge`): a case whose
-    #: samples (either side's) spread by more than ``max_dispersion`` (interquartile range
-    #: over median) is timed again, up to ``dispersion_timings`` timings in all, and the
-    #: quietest timing is kept (``max_dispersion`` 0 or ``dispersion_timings`` 1: never).
-    max_dispersion: float = 0.10
-    dispersion_timings: int = 3
 
 
 def gpu_median_seconds(

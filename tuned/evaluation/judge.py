@@ -553,7 +553,6 @@ class Evaluation:
                 "samples": samples,
                 "incumbent_samples": incumbent_samples,
                 "screened": screened,
-                "retimed": timing.retimed,  # timings repeated for their samples' spread
                 "derived_unusable": sorted(set(unusable)),
                 "case_cache": {  # the worker's counters, and the cases this one made
                     **self.cache.stats.to_dict(),

@@ -63,7 +63,6 @@ class JudgedTiming:
         self.settings = settings
         self.gpu = evaluation.device == "cuda"
         self._rng = random.SystemRandom()
-        self.retimed = 0  # timings repeated because their samples spread too far
 
     def time_case(
         self,
@@ -76,52 +75,26 @@ class JudgedTiming:
         screening ended the timing early."""
 
         ev = self.evaluation
-        quietest: tuple[float, tuple[list[float], list[float], bool]] | None = None
-        fresh = False
-        noisy = 0  # timings that reached the dispersion check
-        for _ in range(self._timings()):
-            timed_now = self._time_case(case, candidate, incumbent, inputs_of, fresh=fresh)
-            candidate_s, incumbent_s, screened = timed_now
+        for attempt in range(2):
+            candidate_s, incumbent_s, screened = self._time_case(
+                case, candidate, incumbent, inputs_of, fresh=attempt > 0
+            )
             timed = [s for s in (candidate_s, incumbent_s) if s]
             # A round shorter than the fixed cost (a sample of zero) says the calibration
             # overstated it, and every sample of the case by as much: timed again, afresh
-            # (on the H100, 3 of 175 evaluations stored zeros). After a fresh calibration
-            # only the medians must be above zero.
-            if not all((statistics.median(s) if fresh else min(s)) > 0 for s in timed):
-                if incumbent is not None and ev.incumbent_key:  # a stale calibration
-                    _CALIBRATIONS.pop(self._calibration_key(case), None)
-                if fresh:
-                    break
-                fresh = True
-                continue
-            if incumbent_s and not fresh and self._miscalibrated(case, incumbent_s):
-                _CALIBRATIONS.pop(self._calibration_key(case), None)  # the next: afresh
-            if screened or not self.gpu:
-                return timed_now
-            # A noisy timing (a neighbour on the GPU, the host late for some rounds) is timed
-            # again and the quietest kept: on the H100 the campaign's sample sets had a tail
-            # of dispersion (90th percentile 16-39 %) that the idle referee's had not, and
-            # the same candidate came out 2.10x and 2.70x one second apart.
-            spread = max(dispersion(s) for s in timed)
-            if quietest is None or spread < quietest[0]:
-                quietest = (spread, timed_now)
-            noisy += 1
-            bound = self.settings.max_dispersion
-            if bound <= 0 or spread <= bound or noisy >= self.settings.dispersion_timings:
-                break
-            self.retimed += 1
-        if quietest is not None:
-            return quietest[1]
+            # (on the H100, 3 of 175 evaluations stored zeros). A second time only its
+            # medians must be above zero.
+            if all((min(s) if attempt == 0 else statistics.median(s)) > 0 for s in timed):
+                if incumbent_s and attempt == 0 and self._miscalibrated(case, incumbent_s):
+                    _CALIBRATIONS.pop(self._calibration_key(case), None)  # the next: afresh
+                return candidate_s, incumbent_s, screened
+            if incumbent is not None and ev.incumbent_key:  # a stale calibration: not again
+                _CALIBRATIONS.pop(self._calibration_key(case), None)
         raise CaseFailure(  # not the candidate's doing: not measured (the judge adds the case)
             "gpu_busy",
             "timing: the median call was not longer than the calibrated fixed cost of a call, "
             "twice (noise on the host or the GPU hid the kernel's time)",
         )
-
-    def _timings(self) -> int:
-        """At most this many timings of one case: one after a zero sample, and the noisy
-        case's re-timings (:attr:`TimingSettings.max_dispersion`)."""
-        return 1 + max(1, self.settings.dispersion_timings if self.gpu else 1)
 
     def _time_case(
         self,
@@ -299,14 +272,6 @@ class JudgedTiming:
         round_s = self.settings.target_ms / 1e3 / max(1, self.settings.graph_rounds)
         reps = int(round_s / per_call)
         return max(self.settings.min_reps, min(self.settings.max_reps, reps)), fixed
-
-
-def dispersion(samples: Sequence[float]) -> float:
-    """Interquartile range over median (0 for fewer than four samples or a zero median)."""
-    if len(samples) < 4:
-        return 0.0
-    q1, median, q3 = statistics.quantiles(samples, n=4)
-    return (q3 - q1) / median if median > 0 else 0.0
 
 
 def _slower(samples: list[list[float]], settings: TimingSettings) -> bool:
