@@ -67,3 +67,63 @@ def test_displayed_speedups_are_the_acceptances_then_the_referees(
 
     unknown = ktuned("referee", "nope", state=state)
     assert unknown.returncode == 2 and "no kernel 'nope'" in unknown.stderr
+
+
+def _claim_40x(state: Path) -> str:
+    """Store an acceptance of a non-original candidate at 40x (no measurement supports it);
+    returns its id."""
+    store = SqliteStore(state / "ktuned.sqlite")
+    try:
+        k = store.kernel("add")
+        assert k is not None
+        fid = store.best("add").fingerprint  # type: ignore[union-attr]
+        trials = store.trials("add", k.generation, fid)
+        base = next(t for t in trials if t.provenance is Provenance.ORIGINAL)
+        other = next(
+            t
+            for t in trials
+            if t.provenance is not Provenance.ORIGINAL and t.result.outcome is Outcome.OK
+        )
+        candidate = store.candidate(other.candidate_id, k.generation)
+        assert candidate is not None
+        figures = {"speedup": 40.0, "low": 36.0, "high": 44.0}
+        store.record_acceptance(
+            candidate,
+            fid,
+            incumbent_id=base.candidate_id,
+            status="accepted",
+            first=figures,
+            second=figures,
+        )
+        return other.candidate_id
+    finally:
+        store.close()
+
+
+def test_tune_settles_its_claims_on_an_idle_device_before_it_shows_them(
+    tmp_path: Path, write_entry: WriteEntry
+) -> None:
+    state = tmp_path / "state"
+    entry = write_entry("add")
+    first = ktuned("tune", entry, "--budget", "2", "--device", "interpreter", state=state)
+    assert first.returncode == 0, first.stderr
+    assert "Settling" not in first.stderr  # auto: not in the interpreter
+    chosen = _claim_40x(state)
+
+    # A rerun (the budget spent: nothing new) without settling shows the stored claim...
+    kept = ktuned(
+        "tune", entry, "--budget", "2", "--device", "interpreter", "--settle", "no", state=state
+    )
+    assert kept.returncode == 0, kept.stderr
+    assert "40.00x" in kept.stdout and "Settling" not in kept.stderr
+
+    # ... settling re-measures it side by side, and every display shows that figure.
+    settled = ktuned(
+        "tune", entry, "--budget", "2", "--device", "interpreter", "--settle", "yes", state=state
+    )
+    assert settled.returncode == 0, settled.stderr
+    assert "Settling" in settled.stderr and "claims within 2%" in settled.stderr
+    assert "40.00x" not in settled.stdout
+    best = json.loads(ktuned("best", "add", "--json", state=state).stdout)
+    assert best["candidate"] == chosen and best["speedup"] < 10.0
+    assert f"{best['speedup']:.2f}x" in settled.stdout

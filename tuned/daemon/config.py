@@ -110,6 +110,9 @@ class EvaluationConfig:
     compile_workers: int | None = None
     #: ``bwrap``: every worker in the host sandbox; ``none``: unconfined (docs/security.md).
     sandbox: str = "bwrap"
+    #: ``auto`` (on a GPU) or ``yes``: when a kernel's campaign ends, re-measure its claims
+    #: against the original in a fresh worker (``ktuned referee``) and show those figures.
+    settle: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -298,6 +301,7 @@ _SECTIONS: dict[str, tuple[type[Any], dict[str, Check]]] = {
             "interpreter_max_size": number(1, integer=True),
             "compile_workers": _workers,
             "sandbox": _choice(SANDBOX_MODES),
+            "settle": _choice(("auto", "yes", "no")),
         },
     ),
     "metrics": (MetricsConfig, {"listen": _listen}),

@@ -76,6 +76,9 @@ def _nvml_monitor(config: DaemonConfig, interpreter: bool) -> GpuMonitor:
 FLEET_WAIT_S = 5.0
 #: Seconds before a kernel whose open work other daemons hold is picked again.
 FLEET_RETRY_S = 30.0
+#: A settling's watchdog bound, in evaluations: one per distinct claimed candidate (the best
+#: and each shape's variant) plus the worker's start, generously.
+SETTLE_EVALUATIONS = 16
 
 
 def _store_url(config: DaemonConfig) -> str:
@@ -376,6 +379,7 @@ class Daemon:
         elif row is None:
             self.scheduler.finish(name, campaign.note or "nothing left to try", now)
             log.info("%s: %s", name, campaign.note or "nothing left to try")
+            self._settle(name)
         else:
             self.scheduler.observe(name, row, now)
         fp = self._client.fingerprint
@@ -385,6 +389,39 @@ class Daemon:
             for spec in [c.spec for c in self.campaigns.values()]:
                 self._track(spec)
         self._publish()
+
+    def _settle(self, name: str) -> None:
+        """Re-measure the claims of a kernel whose campaign ended, in a fresh worker against
+        the original (``ktuned referee``; docs/evaluation.md, "Settling"): its figures were
+        measured beside the compile pool and the spares. A failure is logged; the campaign's
+        own figures then stand."""
+        assert self._client is not None and self._store is not None
+        mode = self.config.evaluation.settle
+        settings = self._client.settings
+        if mode == "no" or (mode == "auto" and settings.interpreter):
+            return
+        from tuned.referee import referee
+
+        try:
+            with self.watchdog.busy(self._evaluation_bound() * SETTLE_EVALUATIONS):
+                report = referee(
+                    self._store,
+                    kernels=[name],
+                    evaluation=settings,
+                    workdir=self.config.state_dir / "workers" / "settle",
+                )
+        except Exception:  # the campaign is stored: log, go on
+            log.exception("%s: settling its claims failed; `ktuned referee` retries", name)
+            return
+        for claim in report.claims:
+            log.info(
+                "%s: settled %s: claimed %s, measured %s%s",
+                name,
+                claim.label or "(kernel)",
+                claim.claimed,
+                claim.measured,
+                f" ({claim.error})" if claim.error else "",
+            )
 
     def _fleet_retry(self, now: float) -> None:
         """Track again the kernels set aside for other daemons' claims, once due."""
