@@ -438,7 +438,7 @@ def _settle(
     for summary in summaries:
         if measured.get(summary.kernel) is not None:
             summary.measured_speedup = measured[summary.kernel]
-    print(report.table(), file=sys.stderr, flush=True)
+    print(f"Settled on the idle device:\n{report.table()}\n", flush=True)
 
 
 def _referee(args: argparse.Namespace) -> int:
