@@ -25,6 +25,7 @@ figures then rank code on that CPU only).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -37,6 +38,7 @@ import numpy as np
 from tuned.acceptance import AcceptanceSettings, speedup_interval
 from tuned.errors import BadInputError
 from tuned.evaluation.client import EvaluationSettings, WorkerClient
+from tuned.evaluation.settings import REFEREE_TIMING
 from tuned.outcomes import Candidate, Outcome, Provenance
 from tuned.registry import load_entry
 from tuned.runtime.plan import Plan, plan_for
@@ -209,8 +211,10 @@ def referee(
     tolerance: float = DEFAULT_TOLERANCE,
     acceptance: AcceptanceSettings | None = None,
 ) -> RefereeReport:
-    """Re-measure the claims of ``kernels`` (default: every kernel in the store)."""
+    """Re-measure the claims of ``kernels`` (default: every kernel in the store), timed
+    for longer than a campaign's candidates (:data:`REFEREE_TIMING`)."""
     started = time.perf_counter()
+    evaluation = dataclasses.replace(evaluation, timing=REFEREE_TIMING)
     acceptance = acceptance or AcceptanceSettings()
     report = RefereeReport(tolerance=tolerance, min_gain=acceptance.min_gain)
     known = {k.name: k for k in store.kernels()}
