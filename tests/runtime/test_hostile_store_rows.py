@@ -21,7 +21,7 @@ from tests.runtime.test_dispatch import A_KNOBS, LARGE, SMALL, _xy
 from tests.runtime.test_export import ktuned, run_fresh
 from tuned.runtime import RuntimeLoadError, load
 from tuned.runtime import loader as runtime_loader
-from tuned.runtime.plan import Plan, knob_problem, plan_on
+from tuned.runtime.plan import Plan, _declared, knob_problem, plan_on
 from tuned.store.sqlite import SqliteStore
 from tuned.text import printable
 
@@ -133,6 +133,12 @@ def test_knob_checks_against_the_declared_space() -> None:
     ]:
         problem = knob_problem(knobs, space, baseline)
         assert problem is not None and field in problem, knobs
+    # A launcher of several kernels: discovery names each kernel's knobs `kernel.NAME`.
+    scoped = {"_fwd.BLOCK_N": (512, 1024), "_fwd.num_warps": (4, 8)}
+    assert knob_problem({"_fwd.BLOCK_N": 1024}, scoped, {}) is None
+    for name in ("_fwd..BLOCK_N", ".BLOCK_N", "_fwd.", "_fwd.BLOCK N", "_fwd.class"):
+        problem = knob_problem({name: 1024}, {}, {})
+        assert problem is not None and "not a knob name" in problem, name
     # Without a declared space (a reference entry): scalar, finite values only.
     assert knob_problem({"BLOCK": 64}, {}, {}) is None
     assert knob_problem({"BLOCK": math.nan}, {}, {}) is not None
@@ -255,3 +261,18 @@ def test_control_characters_of_stored_names_are_escaped_in_messages(tmp_path: Pa
         reader.close()
     message = str(raised_export.value)
     assert "evil" in message and "\x1b" not in message and "\n" not in message
+
+
+def test_a_generation_with_a_launcher_of_several_kernels_has_a_knob_space() -> None:
+    # Found on the H100: every Liger entry whose launcher runs several kernels (dyt,
+    # group-norm, the forward-and-backward entries) was "corrupt" to the referee and to
+    # tuned.runtime.load, its discovered knobs being named `kernel.NAME`.
+    summary = {
+        "knobs": {"_dyt_fwd_kernel.BLOCK_N": [512, 1024], "_dyt_fwd_kernel.num_warps": [4, 8]},
+        "baseline_knobs": {"_dyt_fwd_kernel.BLOCK_N": 1024, "_dyt_fwd_kernel.num_warps": 4},
+    }
+    space, corrupt = _declared(summary)
+    assert corrupt is None
+    assert space == {"_dyt_fwd_kernel.BLOCK_N": (512, 1024), "_dyt_fwd_kernel.num_warps": (4, 8)}
+    space, corrupt = _declared({"knobs": {"a b": [1]}})
+    assert space == {} and corrupt == "spec_json field 'knobs' is not a knob space"

@@ -9,6 +9,7 @@ kernels whose best differs by shape.
 
 from __future__ import annotations
 
+import keyword
 import math
 import re
 from collections.abc import Mapping
@@ -37,6 +38,14 @@ __all__ = [
 _GENERATION = re.compile(r"[0-9a-f]{64}")
 
 
+def is_knob_name(name: object) -> bool:
+    """A declared knob (an identifier) or a discovered one of a launcher of several kernels
+    (``kernel.NAME``, :mod:`tuned.registry.discovery`): dotted identifiers."""
+    return isinstance(name, str) and all(
+        part.isidentifier() and not keyword.iskeyword(part) for part in name.split(".")
+    )
+
+
 def _scalar(value: object) -> bool:
     """A knob value as the registry allows it: a bool, int, finite float or string."""
     if isinstance(value, float):
@@ -62,7 +71,7 @@ def knob_problem(
     if not isinstance(knobs, Mapping):
         return f"knobs_json is {type(knobs).__name__!r}, not an object"
     for name, value in knobs.items():
-        if not isinstance(name, str) or not name.isidentifier():
+        if not is_knob_name(name):
             return f"knobs_json field {printable(repr(name))} is not a knob name"
         if not _scalar(value):
             return f"knobs_json field {name!r} = {printable(repr(value))} is not a knob value"
@@ -87,7 +96,7 @@ def _declared(summary: Mapping[str, Any]) -> tuple[dict[str, tuple[KnobValue, ..
     or ``({}, why)`` when ``spec_json`` does not hold a well-formed space."""
     raw = summary.get("knobs", {})
     if not isinstance(raw, Mapping) or not all(
-        isinstance(k, str) and k.isidentifier() and isinstance(v, list) for k, v in raw.items()
+        is_knob_name(k) and isinstance(v, list) for k, v in raw.items()
     ):
         return {}, "spec_json field 'knobs' is not a knob space"
     space = {k: tuple(x for x in v if _scalar(x)) for k, v in raw.items()}
