@@ -14,63 +14,6 @@ from tuned.outcomes import Outcome, Provenance
 from tuned.store.sqlite import SqliteStore
 
 
-def test_displayed_speedups_are_the_acceptances_then_the_referees(
-    tmp_path: Path, write_entry: WriteEntry
-) -> None:
-    state = tmp_path / "state"
-    entry = write_entry("add")
-    run = ktuned("tune", entry, "--budget", "2", "--device", "interpreter", state=state)
-    assert run.returncode == 0, run.stderr
-
-    store = SqliteStore(state / "ktuned.sqlite")
-    try:
-        k = store.kernel("add")
-        assert k is not None
-        fid = store.best("add").fingerprint  # type: ignore[union-attr]
-        trials = store.trials("add", k.generation, fid)
-        base = next(t for t in trials if t.provenance is Provenance.ORIGINAL)
-        other = next(
-            t
-            for t in trials
-            if t.provenance is not Provenance.ORIGINAL and t.result.outcome is Outcome.OK
-        )
-        candidate = store.candidate(other.candidate_id, k.generation)
-        assert candidate is not None
-        # A claim no measurement supports: 40x, as an acceptance against the original.
-        store.record_acceptance(
-            candidate,
-            fid,
-            incumbent_id=base.candidate_id,
-            status="accepted",
-            first={"speedup": 40.0, "low": 36.0, "high": 44.0},
-            second={"speedup": 40.0, "low": 36.0, "high": 44.0},
-        )
-    finally:
-        store.close()
-
-    # Displayed: the acceptance's ratio, not a ratio of the stored times.
-    best = json.loads(ktuned("best", "add", "--json", state=state).stdout)
-    assert best["candidate"] == other.candidate_id and best["speedup"] == 40.0
-    assert "40.00x" in ktuned("status", state=state).stdout
-
-    referee = ktuned("referee", "--json", "--device", "interpreter", state=state)
-    assert referee.returncode == 0, referee.stderr
-    report = json.loads(referee.stdout)
-    [claim] = [c for c in report["claims"] if c["shape"] is None]
-    assert claim["candidate"] == other.candidate_id and claim["claimed"] == 40.0
-    assert claim["measured"] is not None and claim["measured"] < 10.0
-    assert claim["agrees"] is False and report["judged"] >= 1
-
-    # Afterwards every display shows the referee's side-by-side measurement.
-    again = json.loads(ktuned("best", "add", "--json", state=state).stdout)
-    assert again["speedup"] == claim["measured"]
-    text = ktuned("referee", "add", state=state)
-    assert text.returncode == 0 and "(kernel)" in text.stdout and "claims within 2%" in text.stdout
-
-    unknown = ktuned("referee", "nope", state=state)
-    assert unknown.returncode == 2 and "no kernel 'nope'" in unknown.stderr
-
-
 def _claim_40x(state: Path) -> str:
     """Store an acceptance of a non-original candidate at 40x (no measurement supports it);
     returns its id."""
@@ -100,6 +43,39 @@ def _claim_40x(state: Path) -> str:
         return other.candidate_id
     finally:
         store.close()
+
+
+def test_displayed_speedups_are_the_acceptances_then_the_referees(
+    tmp_path: Path, write_entry: WriteEntry
+) -> None:
+    state = tmp_path / "state"
+    entry = write_entry("add")
+    run = ktuned("tune", entry, "--budget", "2", "--device", "interpreter", state=state)
+    assert run.returncode == 0, run.stderr
+
+    chosen = _claim_40x(state)  # a claim no measurement supports
+
+    # Displayed: the acceptance's ratio, not a ratio of the stored times.
+    best = json.loads(ktuned("best", "add", "--json", state=state).stdout)
+    assert best["candidate"] == chosen and best["speedup"] == 40.0
+    assert "40.00x" in ktuned("status", state=state).stdout
+
+    referee = ktuned("referee", "--json", "--device", "interpreter", state=state)
+    assert referee.returncode == 0, referee.stderr
+    report = json.loads(referee.stdout)
+    [claim] = [c for c in report["claims"] if c["shape"] is None]
+    assert claim["candidate"] == chosen and claim["claimed"] == 40.0
+    assert claim["measured"] is not None and claim["measured"] < 10.0
+    assert claim["agrees"] is False and report["judged"] >= 1
+
+    # Afterwards every display shows the referee's side-by-side measurement.
+    again = json.loads(ktuned("best", "add", "--json", state=state).stdout)
+    assert again["speedup"] == claim["measured"]
+    text = ktuned("referee", "add", state=state)
+    assert text.returncode == 0 and "(kernel)" in text.stdout and "claims within 2%" in text.stdout
+
+    unknown = ktuned("referee", "nope", state=state)
+    assert unknown.returncode == 2 and "no kernel 'nope'" in unknown.stderr
 
 
 def test_tune_settles_its_claims_on_an_idle_device_before_it_shows_them(
