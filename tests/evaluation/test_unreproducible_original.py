@@ -8,10 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.conftest import ADD_SOURCE, ADD_YAML, WriteEntry
+from tests.evaluation.test_gpu_turn import _candidate  # the add kernel at BLOCK=128
 from tuned.evaluation import EvaluationSettings, WorkerClient
-from tuned.outcomes import Candidate, Outcome, Provenance
+from tuned.outcomes import Outcome
 from tuned.registry import load_entry
-from tuned.registry.spec import KernelSpec
 
 # No `reference:`: the original at its baseline knobs is the reference.
 _YAML = ADD_YAML.replace("reference: reference\n", "")
@@ -25,17 +25,6 @@ def _noisy(amplitude: float) -> str:
     )
     assert source != ADD_SOURCE
     return source
-
-
-def _candidate(spec: KernelSpec, source: str) -> Candidate:
-    return Candidate(
-        kernel=spec.name,
-        generation=spec.generation,
-        source=source,
-        knobs={"BLOCK": 128},
-        provenance=Provenance.PARAMETRIC,
-        strategy="test",
-    )
 
 
 def test_an_unreproducible_original_is_checked_within_its_own_spread(
