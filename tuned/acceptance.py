@@ -37,6 +37,9 @@ import numpy as np
 __all__ = ["AcceptanceSettings", "Interval", "decide", "speedup_interval", "speedup_point"]
 
 
+_NO_RATIO = 50.0  # a bootstrap resample without a ratio: a log-speedup of -50 (see below)
+
+
 @dataclass(frozen=True)
 class AcceptanceSettings:
     min_gain: float = 0.01  # the lower bound must exceed 1 + min_gain (docs/decisions.md)
@@ -121,7 +124,12 @@ def speedup_interval(
         point += math.log(float(np.median(i)) / float(np.median(c)))
         c_idx = rng.integers(0, len(c), size=(settings.resamples, len(c)))
         i_idx = rng.integers(0, len(i), size=(settings.resamples, len(i)))
-        boot += np.log(np.median(i[i_idx], axis=1) / np.median(c[c_idx], axis=1))
+        mi, mc = np.median(i[i_idx], axis=1), np.median(c[c_idx], axis=1)
+        # A resample whose median is zero on either side (samples of zero: the judge's fixed
+        # cost ate a call) has no ratio; it counts as evidence against the candidate, never as
+        # an infinite or undefined speedup (NaN bounds would pass every comparison).
+        with np.errstate(divide="ignore", invalid="ignore"):
+            boot += np.where((mi > 0) & (mc > 0), np.log(mi / mc), -_NO_RATIO)
     n = len(labels)
     tail = (1.0 - settings.confidence) / 2
     low, high = np.quantile(boot / n, [tail, 1.0 - tail])
@@ -134,7 +142,7 @@ def decide(first: Interval, settings: AcceptanceSettings, second: Interval | Non
     """The decision: ``not_significant``, ``held``, ``remeasure`` (then call again with
     ``second``), ``accepted`` or ``not_confirmed``."""
     bar = 1.0 + settings.min_gain
-    if first.low < bar or first.speedup < bar:
+    if not _finite(first) or first.low < bar or first.speedup < bar:
         return "not_significant"
     if first.speedup > settings.suspicious_speedup:
         return "held"
@@ -142,4 +150,12 @@ def decide(first: Interval, settings: AcceptanceSettings, second: Interval | Non
         return "accepted"
     if second is None:
         return "remeasure"
-    return "accepted" if min(second.low, second.speedup) >= bar else "not_confirmed"
+    return (
+        "accepted"
+        if _finite(second) and min(second.low, second.speedup) >= bar
+        else "not_confirmed"
+    )
+
+
+def _finite(interval: Interval) -> bool:
+    return all(math.isfinite(x) for x in (interval.speedup, interval.low, interval.high))

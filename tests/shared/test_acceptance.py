@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +56,27 @@ def test_a_zero_median_is_named_not_a_math_domain_error() -> None:
         speedup_point(cand, zero)
     with pytest.raises(ValueError, match=r": b$"):
         speedup_interval(cand, zero, np.random.default_rng(0))
+
+
+def test_samples_of_zero_on_both_sides_never_make_an_undefined_interval_that_passes() -> None:
+    # Stored on the H100 (Liger's cross entropy, forward and backward, with spares making
+    # case data on the GPU): 3 of 10 incumbent samples and 1 of 10 candidate samples at zero.
+    # Resamples with a zero median on both sides made NaN bounds, which no comparison with
+    # the bar rejects: the rule then asked for a re-measurement of a 1.1x "speedup" that the
+    # samples do not support.
+    cand = {"a": [0.0] * 5 + [1.0] * 6}
+    inc = {"a": [0.0] * 5 + [1.1] * 6}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no division by zero on the way
+        iv = speedup_interval(cand, inc, np.random.default_rng(0))
+    assert iv.speedup == pytest.approx(1.1)
+    assert all(np.isfinite([iv.speedup, iv.low, iv.high]))
+    assert iv.low < 1.0  # resamples without a ratio count against the candidate
+    assert decide(iv, AcceptanceSettings()) == "not_significant"
+    nan = float("nan")
+    assert decide(Interval(1.3, nan, nan), AcceptanceSettings()) == "not_significant"
+    good = Interval(1.3, 1.2, 1.4)
+    assert decide(good, AcceptanceSettings(), Interval(1.3, nan, 1.4)) == "not_confirmed"
 
 
 def test_identical_timings_are_not_significant() -> None:
