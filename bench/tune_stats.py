@@ -256,7 +256,9 @@ def main() -> None:
         "--tune-timeout", type=float, default=None, help="seconds; then SIGINT (saved so far)"
     )
     parser.add_argument("--referee-timeout", type=float, default=None, help="seconds")
-    parser.add_argument("--gpu-turn", action="store_true", help="ktuned tune --gpu-turn")
+    parser.add_argument(
+        "--gpu-turn", choices=("auto", "yes", "no"), default="auto", help="ktuned tune --gpu-turn"
+    )
     parser.add_argument("--out", type=Path, default=Path("tune_stats.json"))
     args = parser.parse_args()
     state = str(args.state_dir)
@@ -274,7 +276,7 @@ def main() -> None:
                 args.device,
                 "--state-dir",
                 state,
-                *(["--gpu-turn"] if args.gpu_turn else []),
+                f"--gpu-turn={args.gpu_turn}",
                 timeout=args.tune_timeout,
             )
         print(tune.stdout)

@@ -126,10 +126,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tune.add_argument(
         "--gpu-turn",
-        action="store_true",
-        help="GPU: the worker's timing waits while a spare makes case data on the same GPU "
-        "(docs/evaluation.md, 'One timing at a time'; off by default: on the H100 it cost "
-        "0.3 s per candidate)",
+        choices=("auto", "yes", "no"),
+        nargs="?",
+        const="yes",
+        default="auto",
+        help="the worker's timing waits while a spare makes case data on the same GPU "
+        "(docs/evaluation.md, 'One timing at a time'); auto: on a GPU, not in the "
+        "interpreter (default: auto)",
     )
     tune.add_argument(
         "--settle",
@@ -355,7 +358,7 @@ def _tune(args: argparse.Namespace) -> int:
         benchmark_timeout_s=t,
         interpreter_max_size=args.interpreter_max_size,
         sandbox=SandboxSettings(mode=args.sandbox, hidden=(state,)),
-        gpu_turn=args.gpu_turn,
+        gpu_turn=None if args.gpu_turn == "auto" else args.gpu_turn == "yes",
     )
     settings = TuneSettings(budget=args.budget, policy=args.policy, seed=args.seed)
     progress: list[Progress] = []

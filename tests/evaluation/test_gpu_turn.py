@@ -204,10 +204,12 @@ def test_the_benchmark_waits_for_the_turn_a_spare_holds_and_candidates_never_see
 
 
 @pytest.mark.parametrize(
-    ("turn", "spares"), [(True, 0), (False, 1)], ids=["without-spares", "off-by-default"]
+    ("turn", "spares"),
+    [(True, 0), (False, 1), (None, 1)],
+    ids=["without-spares", "off", "interpreter-default"],
 )
-def test_without_spares_or_by_default_there_is_no_turn(
-    tmp_path: Path, write_entry: WriteEntry, turn: bool, spares: int
+def test_without_spares_or_when_off_there_is_no_turn(
+    tmp_path: Path, write_entry: WriteEntry, turn: bool | None, spares: int
 ) -> None:
     spec = load_entry(write_entry())
     settings = EvaluationSettings(interpreter=True, gpu_turn=turn)
@@ -219,3 +221,32 @@ def test_without_spares_or_by_default_there_is_no_turn(
         assert not (tmp_path / "w" / "gpu-turn.lock").exists()
     finally:
         client.close()
+
+
+def test_the_turn_is_on_by_default_on_a_gpu_and_the_cli_can_turn_it_off(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # On the H100, without the turn, Liger's entries timed while spares made case data came
+    # out up to 5x slow (bench/RESULTS.md, fifteenth session): on a GPU it is the default.
+    assert EvaluationSettings(interpreter=False).turn is True
+    assert EvaluationSettings(interpreter=True).turn is False
+    assert EvaluationSettings(interpreter=False, gpu_turn=False).turn is False
+    assert EvaluationSettings(interpreter=True, gpu_turn=True).turn is True
+
+    import tuned.cli as cli
+
+    seen: list[bool | None] = []
+
+    class Stop(Exception):
+        pass
+
+    class Spy(EvaluationSettings):  # the settings `ktuned tune` makes, before anything runs
+        def __new__(cls, **kwargs: object) -> Spy:
+            seen.append(kwargs["gpu_turn"])  # type: ignore[arg-type]
+            raise Stop
+
+    monkeypatch.setattr(cli, "EvaluationSettings", Spy)
+    for flags, expected in (([], None), (["--gpu-turn"], True), (["--gpu-turn", "no"], False)):
+        with pytest.raises(Stop):
+            cli.main(["tune", str(tmp_path), "--state-dir", str(tmp_path / "s"), *flags])
+        assert seen[-1] is expected

@@ -123,7 +123,7 @@ class WorkerClient:
         self._requests = 0  # evaluate requests sent: each result must name its own
         self._child: _Child | None = None  # the running worker
         #: The GPU turn its worker and spares take (tuned.evaluation.gpu_turn): with spares,
-        #: where ``settings.gpu_turn`` asks for it.
+        #: where ``settings.turn`` says so (on a GPU, by default).
         self._turn_fd: int | None = None
         #: Kernels that ran out of device memory while spares ran: evaluated with none (see
         #: :meth:`evaluate`), and the kernel of the latest request.
@@ -226,7 +226,7 @@ class WorkerClient:
     def _spawn(self, directory: Path) -> _Child:
         directory.mkdir(parents=True, exist_ok=True)
         try:
-            if self.settings.gpu_turn and self.spares and self._turn_fd is None:
+            if self.settings.turn and self.spares and self._turn_fd is None:
                 self._turn_fd = open_turn_file(self.workdir / "gpu-turn.lock")
             proc, req_w, res_r = spawn_child(
                 self.python,

@@ -16,10 +16,11 @@ descriptor the client passes to each worker it starts (environment variable
 other although they share the open file. The runners that a worker starts do not inherit the
 descriptor, and the file is outside every sandbox, so candidate code can neither take nor
 hold the turn. Waits are bounded: past ``wait_s`` the holder works without the turn (a hung
-spare delays a timing, never stops it), and says so in the result's metadata. Off by default
-(``EvaluationSettings.gpu_turn``, ``ktuned tune --gpu-turn``): on the H100 it cost the
-worker 0.3 s per candidate in waits and left the claims' agreement with the referee where it
-was without it (bench/RESULTS.md, eleventh session)."""
+spare delays a timing, never stops it), and says so in the result's metadata. On by default
+on a GPU (``EvaluationSettings.gpu_turn``, ``ktuned tune --gpu-turn auto|yes|no``): on the
+H100 it costs the worker about 0.3 s per candidate in waits; without it, Liger's entries
+timed while spares made their neighbours' case data came out up to 5x slow
+(bench/RESULTS.md, eleventh and fifteenth sessions)."""
 
 from __future__ import annotations
 

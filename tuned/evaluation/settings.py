@@ -46,13 +46,19 @@ class EvaluationSettings:
     #: One hard deadline per candidate, from its request to its result, that no message of
     #: the worker extends (``None``: the sum of the phase deadlines).
     candidate_timeout_s: float | None = None
-    #: Whether a worker and its spares take turns on the GPU (tuned.evaluation.gpu_turn): off;
-    #: on the H100 it cost 0.3 s per candidate and did not bring the claims closer to the
-    #: referee's (bench/RESULTS.md, eleventh session).
-    gpu_turn: bool = False
+    #: Whether a worker and its spares take turns on the GPU (tuned.evaluation.gpu_turn);
+    #: ``None``: on a GPU, not in the interpreter (:attr:`turn`). On the H100, Liger's entries
+    #: timed while spares made their neighbours' case data came out up to 5x slow, and one
+    #: original could not be timed at all (bench/RESULTS.md, fifteenth session).
+    gpu_turn: bool | None = None
     #: Seconds the benchmark phase waits for the GPU turn while a spare makes case data on
     #: the same GPU, before it times without it.
     turn_wait_s: float = 30.0
+
+    @property
+    def turn(self) -> bool:
+        """Whether the worker and its spares take turns (``gpu_turn``, or on a GPU)."""
+        return (not self.interpreter) if self.gpu_turn is None else self.gpu_turn
 
     def deadline(self, phase: str) -> float:
         return {
