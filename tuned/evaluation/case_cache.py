@@ -216,6 +216,26 @@ class CaseCache:
         #: evaluation retried after it ran out of device memory: its cases go to host memory,
         #: so the judge's own work, a PyTorch reference's intermediates, has the room).
         self.resident = True
+        #: Groups whose cases stay in host memory for the rest of this cache's life (see
+        #: :meth:`keep_on_host`).
+        self._host_groups: set[Hashable] = set()
+
+    def keep_on_host(self) -> None:
+        """From now on, the latest request's group (the kernel being evaluated) keeps its
+        cases in host memory: an evaluation of it ran out of device memory with its cases
+        resident. On the H100, Liger's cross entropy forward and backward at a 128k
+        vocabulary did so on every candidate, each time paying a failed first try, when the
+        cases went back to the device after each retry."""
+        self._host_groups.add(self._group)
+        for key in [
+            k for k, e in self._entries.items() if e.group == self._group and not e.spilled
+        ]:
+            self._drop(key)
+
+    @property
+    def _device_tier(self) -> bool:
+        """Whether the latest request's cases may be kept on the device."""
+        return self.resident and self._group not in self._host_groups
 
     @property
     def held_bytes(self) -> int:
@@ -322,7 +342,7 @@ class CaseCache:
         """Move a spilled entry back to the resident tier when it fits there now (room made
         from other kernels' entries only): a spare that prepared with a small share, then took
         over with the running worker's, gets its cases resident on their first use."""
-        if not self.resident:
+        if not self._device_tier:
             return
         while not self._fits(entry.nbytes, False, entry.device) and self._victim(False) is not None:
             self._evict(False)
@@ -340,7 +360,7 @@ class CaseCache:
         nbytes = _nbytes(value)
         device = _device_of(value)
         group = self._group
-        for spilled in (False, True) if self.resident else (True,):
+        for spilled in (False, True) if self._device_tier else (True,):
             while not self._fits(nbytes, spilled, device) and self._victim(spilled) is not None:
                 self._evict(spilled)
             if self._fits(nbytes, spilled, device):

@@ -238,11 +238,13 @@ def retry_out_of_memory(
     so leaves its kernel untuned (on the H100, Liger's cross entropy forward and backward ran
     out of memory in the judge, 47 GiB allocated there, most of it cases, when its reference
     asked for 7.8 GiB more). Once only; the retry is said in the result's
-    ``metadata.retried``."""
+    ``metadata.retried``. The kernel's cases then stay in host memory in this worker
+    (:meth:`CaseCache.keep_on_host`): its next candidates would run out of memory likewise."""
     result, fatal = first
     if fatal or device != "cuda" or not _out_of_memory(result):
         return first
     freed = cache.release_device()
+    cache.keep_on_host()
     import torch
 
     torch.cuda.empty_cache()
