@@ -210,6 +210,9 @@ def test_an_older_schema_is_read_without_migrating_the_file(
         ("UPDATE candidates SET knobs_json='{\"BLOCK\": [1]}'", "candidates.knobs_json"),
         ("UPDATE evaluations SET time_s='abc'", ""),
         ("UPDATE evaluations SET time_s=-1.0", "evaluations.time_s"),
+        # A successful evaluation without its time: skipped silently before, as if the
+        # candidate had never been measured.
+        ("UPDATE evaluations SET time_s=NULL", "evaluations.time_s"),
     ],
 )
 def test_wrong_types_are_a_damaged_store(

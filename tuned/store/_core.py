@@ -191,6 +191,8 @@ def stored_type_problem(value: Any, depth: int = 0) -> str:
         return ""
     if is_dataclass(value) and not isinstance(value, type):
         where = _row_id(value)
+        if _timeless_ok(value):  # ktuned stores a time with every successful evaluation
+            return f"evaluations.time_s of {where} is NULL, but its outcome is ok"
         for f in fields(value):
             v = getattr(value, f.name)
             if f.name == "knobs" and _bad_knobs(v):
@@ -208,6 +210,8 @@ def stored_type_problem(value: Any, depth: int = 0) -> str:
                 times = [("time_s", getattr(v, "time_s", None))]
                 timings = getattr(v, "timings", {})
                 times += list(timings.items()) if isinstance(timings, Mapping) else []
+                if _timeless_ok(v):
+                    return f"evaluations.result_json of {where} is ok without a time_s"
                 for label, t in times:
                     if _bad_time(t):
                         return (
@@ -226,6 +230,15 @@ def stored_type_problem(value: Any, depth: int = 0) -> str:
                 if found:
                     return found
     return ""
+
+
+def _timeless_ok(row: Any) -> bool:
+    """Whether ``row`` (a read model with ``outcome`` and ``time_s``) is a successful
+    evaluation without a time."""
+    outcome = getattr(row, "outcome", None)
+    return getattr(outcome, "value", outcome) == "ok" and (
+        hasattr(row, "time_s") and row.time_s is None
+    )
 
 
 def _short(value: Any) -> str:

@@ -243,8 +243,8 @@ class Records(SqlCore):
             knobs=json.loads(top["knobs_json"]),
             source_hash=top["source_hash"],
             provenance=Provenance(top["provenance"]),
-            time_s=float(top["time_s"]),
-            baseline_time_s=float(baseline["time_s"]),
+            time_s=_ok_time(top),
+            baseline_time_s=_ok_time(baseline),
             fingerprint=fingerprint,
             timing_kind=top["timing_kind"],
             measured=self.measured_speedup(kernel, k.generation, fingerprint, top["id"]),
@@ -435,3 +435,14 @@ def _spec_summary(spec: KernelSpec) -> dict[str, Any]:
         "knobs": {k: list(v) for k, v in spec.knobs.items()},
         "baseline_knobs": dict(spec.baseline_knobs),
     }
+
+
+def _ok_time(row: Row) -> float:
+    """The stored time of a successful evaluation (``reads_stored`` turns the error into a
+    damaged-store error naming the column and candidate)."""
+    if row["time_s"] is None:
+        raise ValueError(
+            f"evaluations.time_s of candidate {str(row['id'])[:40]!r} is NULL, "
+            "but its outcome is ok"
+        )
+    return float(row["time_s"])
