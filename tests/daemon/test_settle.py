@@ -87,3 +87,18 @@ def test_the_settle_key_is_checked(tmp_path: Path) -> None:
     assert "settle" in str(bad.value) and str(path) in str(bad.value)
     path.write_text("evaluation:\n  settle: 'no'\n")
     assert load_config(path).evaluation.settle == "no"
+
+
+def test_the_gpu_turn_key_reaches_the_workers_settings(tmp_path: Path) -> None:
+    from tuned.daemon.config import ConfigError, load_config
+
+    path = tmp_path / "ktuned.yaml"
+    for value, on_gpu in (("auto", True), ("'no'", False), ("'yes'", True)):
+        path.write_text(f"evaluation:\n  gpu_turn: {value}\n")
+        config = load_config(path)
+        assert config.evaluation_settings(False, path).turn is on_gpu
+        assert config.evaluation_settings(True, path).turn is (value == "'yes'")
+    path.write_text("evaluation:\n  gpu_turn: sometimes\n")
+    with pytest.raises(ConfigError) as bad:
+        load_config(path)
+    assert "gpu_turn" in str(bad.value) and str(path) in str(bad.value)

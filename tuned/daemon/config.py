@@ -113,6 +113,9 @@ class EvaluationConfig:
     #: ``auto`` (on a GPU) or ``yes``: when a kernel's campaign ends, re-measure its claims
     #: against the original in a fresh worker (``ktuned referee``) and show those figures.
     settle: str = "auto"
+    #: ``auto`` (on a GPU) or ``yes``: a worker's timing waits while its spares make case
+    #: data on the same GPU (docs/evaluation.md, "One timing at a time").
+    gpu_turn: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -170,6 +173,7 @@ class DaemonConfig:
             benchmark_timeout_s=e.phase_timeout_s,
             interpreter_max_size=e.interpreter_max_size,
             sandbox=SandboxSettings(mode=e.sandbox, hidden=hidden),
+            gpu_turn=None if e.gpu_turn == "auto" else e.gpu_turn == "yes",
         )
 
 
@@ -302,6 +306,7 @@ _SECTIONS: dict[str, tuple[type[Any], dict[str, Check]]] = {
             "compile_workers": _workers,
             "sandbox": _choice(SANDBOX_MODES),
             "settle": _choice(("auto", "yes", "no")),
+            "gpu_turn": _choice(("auto", "yes", "no")),
         },
     ),
     "metrics": (MetricsConfig, {"listen": _listen}),
