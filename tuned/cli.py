@@ -358,7 +358,7 @@ def _tune(args: argparse.Namespace) -> int:
         benchmark_timeout_s=t,
         interpreter_max_size=args.interpreter_max_size,
         sandbox=SandboxSettings(mode=args.sandbox, hidden=(state,)),
-        gpu_turn=None if args.gpu_turn == "auto" else args.gpu_turn == "yes",
+        gpu_turn=EvaluationSettings.turn_choice(args.gpu_turn),
     )
     settings = TuneSettings(budget=args.budget, policy=args.policy, seed=args.seed)
     progress: list[Progress] = []

@@ -45,14 +45,19 @@ def _claim_40x(state: Path) -> str:
         store.close()
 
 
-def test_displayed_speedups_are_the_acceptances_then_the_referees(
-    tmp_path: Path, write_entry: WriteEntry
-) -> None:
+def _tuned_add(tmp_path: Path, write_entry: WriteEntry) -> tuple[Path, Path, str]:
+    """The state directory, entry and stderr of `ktuned tune` of the add entry, budget 2."""
     state = tmp_path / "state"
     entry = write_entry("add")
     run = ktuned("tune", entry, "--budget", "2", "--device", "interpreter", state=state)
     assert run.returncode == 0, run.stderr
+    return state, entry, run.stderr
 
+
+def test_displayed_speedups_are_the_acceptances_then_the_referees(
+    tmp_path: Path, write_entry: WriteEntry
+) -> None:
+    state, _, _ = _tuned_add(tmp_path, write_entry)
     chosen = _claim_40x(state)  # a claim no measurement supports
 
     # Displayed: the acceptance's ratio, not a ratio of the stored times.
@@ -81,11 +86,8 @@ def test_displayed_speedups_are_the_acceptances_then_the_referees(
 def test_tune_settles_its_claims_on_an_idle_device_before_it_shows_them(
     tmp_path: Path, write_entry: WriteEntry
 ) -> None:
-    state = tmp_path / "state"
-    entry = write_entry("add")
-    first = ktuned("tune", entry, "--budget", "2", "--device", "interpreter", state=state)
-    assert first.returncode == 0, first.stderr
-    assert "Settling" not in first.stderr  # auto: not in the interpreter
+    state, entry, stderr = _tuned_add(tmp_path, write_entry)
+    assert "Settling" not in stderr  # auto: not in the interpreter
     chosen = _claim_40x(state)
 
     # A rerun (the budget spent: nothing new) without settling shows the stored claim...

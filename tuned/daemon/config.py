@@ -173,7 +173,7 @@ class DaemonConfig:
             benchmark_timeout_s=e.phase_timeout_s,
             interpreter_max_size=e.interpreter_max_size,
             sandbox=SandboxSettings(mode=e.sandbox, hidden=hidden),
-            gpu_turn=None if e.gpu_turn == "auto" else e.gpu_turn == "yes",
+            gpu_turn=EvaluationSettings.turn_choice(e.gpu_turn),
         )
 
 

@@ -222,15 +222,12 @@ class CaseCache:
 
     def keep_on_host(self) -> None:
         """From now on, the latest request's group (the kernel being evaluated) keeps its
-        cases in host memory: an evaluation of it ran out of device memory with its cases
-        resident. On the H100, Liger's cross entropy forward and backward at a 128k
-        vocabulary did so on every candidate, each time paying a failed first try, when the
-        cases went back to the device after each retry."""
+        cases in host memory (its resident ones are dropped by :meth:`release_device`): an
+        evaluation of it ran out of device memory with its cases resident. On the H100,
+        Liger's cross entropy forward and backward at a 128k vocabulary did so on every
+        candidate, each time paying a failed first try, when the cases went back to the
+        device after each retry."""
         self._host_groups.add(self._group)
-        for key in [
-            k for k, e in self._entries.items() if e.group == self._group and not e.spilled
-        ]:
-            self._drop(key)
 
     @property
     def _device_tier(self) -> bool:

@@ -55,6 +55,12 @@ class EvaluationSettings:
     #: the same GPU, before it times without it.
     turn_wait_s: float = 30.0
 
+    @staticmethod
+    def turn_choice(choice: str) -> bool | None:
+        """``gpu_turn`` for the ``auto|yes|no`` of ``ktuned tune --gpu-turn`` and the
+        daemon's ``evaluation.gpu_turn``."""
+        return None if choice == "auto" else choice == "yes"
+
     @property
     def turn(self) -> bool:
         """Whether the worker and its spares take turns (``gpu_turn``, or on a GPU)."""
