@@ -412,3 +412,34 @@ def test_a_spare_taken_over_skips_the_preparations_it_has_not_begun(
         assert result.outcome is Outcome.OK
     finally:
         client.close()
+
+
+def test_a_spare_taken_over_gives_up_the_preparation_it_has_begun(
+    tmp_path: Path, write_entry: WriteEntry
+) -> None:
+    """A spare taken over for another kernel while it makes a kernel's cases gives that
+    preparation up before its next case (on the H200 re-measurements waited 5 to 11 s for
+    a spare to finish the preparation it had begun); the cases it made stay."""
+    slower = _SLOW_INPUTS.replace("time.sleep(0.5)", "time.sleep(1.5)")
+    first, slow = load_entry(write_entry("first")), load_entry(write_entry("slow", slower))
+    client = WorkerClient(
+        workdir=tmp_path / "w", settings=EvaluationSettings(interpreter=True), spares=1
+    )
+    try:
+        client.start()
+        assert client.evaluate(first, _candidate(first, first.module_source, 128)).outcome is (
+            Outcome.OK
+        )
+        _wait_prepared(client)  # "ready" and its answer for the first kernel
+        client.prepare_ahead(slow)  # 8 cases at 1.5 s: 12 s of preparation
+        time.sleep(3.0)  # well into it
+        client.fresh()
+        began = time.monotonic()
+        result = client.evaluate(first, _candidate(first, first.module_source, 256))
+        elapsed = time.monotonic() - began
+        assert result.outcome is Outcome.OK
+        assert client.spare_takeovers == 1
+        assert client.preparations_skipped == 1  # the one it had begun
+        assert elapsed < 7, f"the take-over waited {elapsed:.1f} s"
+    finally:
+        client.close()

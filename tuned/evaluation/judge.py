@@ -54,7 +54,7 @@ from tuned.evaluation.settings import EvaluationSettings
 from tuned.evaluation.shm import dtype_name, plan
 from tuned.registry.injection import runnable_request
 
-__all__ = ["INTERPRETER_TIMING_SIZE", "Case", "Evaluation"]
+__all__ = ["INTERPRETER_TIMING_SIZE", "Abandoned", "Case", "Evaluation"]
 
 # In the interpreter, timing only ranks candidates on this CPU: keep it cheap.
 INTERPRETER_TIMING_SIZE = 1 << 16
@@ -95,6 +95,12 @@ class Target:
     knobs: Mapping[str, Any]
 
 
+class Abandoned(CaseFailure):
+    """A spare's preparation given up between two cases: the spare was taken over for another
+    kernel (on the H200 re-measurements waited 5 to 11 s for a spare finishing the
+    preparation it had begun). The cases it made stay in its cache."""
+
+
 class Evaluation:
     """One request: load, compile (first launch), correctness on every case, benchmark."""
 
@@ -109,6 +115,7 @@ class Evaluation:
         *,
         correctness_only: bool = False,
         turn: GpuTurn | None = None,
+        abandon: Callable[[], bool] | None = None,
     ) -> None:
         original = str(request["kernel"]["original_source"])
         raw_incumbent = (request.get("options") or {}).get("incumbent") or {}
@@ -121,6 +128,9 @@ class Evaluation:
         #: The client's GPU turn (tuned.evaluation.gpu_turn): the benchmark phase holds it,
         #: a spare's preparation takes it case by case.
         self.turn = turn or GpuTurn()
+        #: A spare's preparation asks before each case whether to give up (taken over for
+        #: another kernel): :class:`Abandoned`.
+        self.abandon = abandon
         self.candidate = request["candidate"]
         self.options = request["options"]
         #: The incumbent's identity (its code and knobs): what its timing calibration is kept by.
@@ -490,6 +500,8 @@ class Evaluation:
                     raise deferred[0]
                 with self._spare_turn():
                     self.check_case(case, candidate, pristine, first, signatures)
+            except Abandoned:
+                raise
             except Exception as exc:
                 failure = (
                     exc if isinstance(exc, CaseFailure) else classify_exception(exc, "correctness")
@@ -566,8 +578,11 @@ class Evaluation:
 
     def _spare_turn(self) -> contextlib.AbstractContextManager[bool]:
         """A spare's preparation takes the GPU turn case by case; an evaluation's correctness
-        checks need none (the worker's own, before its benchmark phase)."""
+        checks need none (the worker's own, before its benchmark phase). Before each, the
+        preparation asks ``abandon`` whether to give up (:class:`Abandoned`)."""
         if self.correctness_only:
+            if self.abandon is not None and self.abandon():
+                raise Abandoned("abandoned", "taken over for another kernel")
             return self.turn.hold(SPARE_TURN_WAIT_S, shared=True)
         return contextlib.nullcontext(False)
 

@@ -63,12 +63,17 @@ class Channel:
         message: dict[str, Any] = json.loads(line)
         return message
 
+    def pending_bytes(self) -> bytes:
+        """What was sent and not yet received, read without blocking (it stays to be
+        received)."""
+        self._in.complete_lines(limit=MAX_LINE)
+        return bytes(self._in.buffer)
+
     def waiting(self) -> list[dict[str, Any]]:
         """The complete messages sent and not yet received, read without blocking; they
         stay to be received (lines that are no JSON object are left out here)."""
-        self._in.complete_lines(limit=MAX_LINE)
         messages = []
-        for line in bytes(self._in.buffer).split(b"\n")[:-1]:
+        for line in self.pending_bytes().split(b"\n")[:-1]:
             message, _ = parse_message(line)
             if message is not None:
                 messages.append(message)

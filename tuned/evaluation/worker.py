@@ -32,7 +32,7 @@ from typing import Any
 from tuned.evaluation.case_cache import CaseCache
 from tuned.evaluation.checks import CaseFailure, short
 from tuned.evaluation.gpu_turn import GpuTurn
-from tuned.evaluation.judge import INTERPRETER_TIMING_SIZE, Case, Evaluation
+from tuned.evaluation.judge import INTERPRETER_TIMING_SIZE, Abandoned, Case, Evaluation
 from tuned.evaluation.modules import (
     Channel,
     ModuleLoader,
@@ -167,17 +167,31 @@ def prepare(
     pool: RunnerPool,
     cache: CaseCache,
     turn: GpuTurn | None = None,
+    abandon: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:
     """A spare's preparation for a kernel (:class:`tuned.evaluation.client.WorkerClient`): the
     kernel's original module, at its baseline knobs, through load, compile and correctness.
     That fills the case cache with every case's inputs and reference outputs and warms the
     own runner (PyTorch and Triton load lazily on a first call), so a re-measurement in this
-    worker spends its time on the candidate. Nothing is timed; phases are not reported."""
+    worker spends its time on the candidate. Nothing is timed; phases are not reported.
+    ``abandon`` is asked before each case; when it says so, the preparation ends there with
+    the answer of one skipped (the cases made so far stay)."""
     evaluation = Evaluation(
-        request, loader, device, lambda message: None, pool, cache, correctness_only=True, turn=turn
+        request,
+        loader,
+        device,
+        lambda message: None,
+        pool,
+        cache,
+        correctness_only=True,
+        turn=turn,
+        abandon=abandon,
     )
     try:
         evaluation.run()
+    except Abandoned:
+        evaluation.release()
+        return dict(_SKIPPED)
     except CaseFailure as failure:
         evaluation.discard_runners()
         return {"type": "prepared", "ok": False, "fatal": failure.fatal, "reason": failure.reason}
@@ -302,6 +316,15 @@ _SKIPPED = {
 }
 
 
+def _taken_for_another(channel: Channel, kernel: object) -> bool:
+    """Whether the client has taken this spare over (``{"op": "taken"}``, read without
+    blocking) for a kernel other than ``kernel``."""
+    if b'"taken"' not in channel.pending_bytes():
+        return False  # (the usual answer, without parsing every queued request)
+    taken = [m for m in channel.waiting() if m.get("op") == "taken"]
+    return bool(taken) and taken[0].get("kernel") != kernel
+
+
 def _serve(
     channel: Channel, device: str, loader: ModuleLoader, pool: RunnerPool, turn: GpuTurn
 ) -> None:
@@ -313,14 +336,16 @@ def _serve(
         if request.get("op") == "taken":
             continue  # said by the client when it takes this spare over (see below)
         if request.get("op") == "prepare":
-            taken = [m for m in channel.waiting() if m.get("op") == "taken"]
-            if taken and taken[0].get("kernel") != request.get("kernel", {}).get("name"):
+            name = request.get("kernel", {}).get("name")
+            if _taken_for_another(channel, name):
                 # Taken over for another kernel before this preparation began: its cases are
                 # made when (if ever) one of its candidates comes. On the H100 a
                 # re-measurement waited 56 s for a spare making five kernels' cases first.
+                # Taken over while it prepares: it gives up before the next case.
                 channel.send(_SKIPPED)
                 continue
-            answer = prepare(request, loader, device, pool, cache, turn)
+            abandon = functools.partial(_taken_for_another, channel, name)
+            answer = prepare(request, loader, device, pool, cache, turn, abandon)
             _return_device_memory(device)
             channel.send(answer)
             if answer.get("fatal"):
