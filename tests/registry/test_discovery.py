@@ -272,6 +272,59 @@ def test_an_op_calling_an_autograd_function_is_followed_into_its_forward() -> No
     assert not found.notices
 
 
+def test_an_alias_of_apply_and_a_static_helper_method_are_followed() -> None:
+    """``matmul = _matmul.apply`` (a module-level alias, as triton.ops' and torchao's matmul)
+    names the Function's ``forward``, and ``forward`` calling ``_matmul._call(...)`` (a static
+    method of the same class) leads to the launch there."""
+    source = (
+        HEADER
+        + COPY_KERNEL
+        + textwrap.dedent(
+            """
+
+        class _copy_fn(torch.autograd.Function):
+            @staticmethod
+            def _call(x):
+                out = torch.empty_like(x)
+                BLOCK = 512
+                _copy[(triton.cdiv(x.numel(), BLOCK),)](x, out, x.numel(), BLOCK=BLOCK)
+                return out
+
+            @staticmethod
+            def forward(ctx, x):
+                return _copy_fn._call(x)
+
+
+        copy = _copy_fn.apply
+        """
+        )
+    )
+    for launcher in ("copy", "_copy_fn.apply"):
+        found = discover_source(source, launcher)
+        assert found is not None, launcher
+        assert set(found.knobs) == {"BLOCK", "num_warps"}, (launcher, found.notices)
+        assert found.baseline["BLOCK"] == 512 and not found.notices
+
+
+def test_an_entry_whose_launcher_is_an_alias_of_apply_gets_its_knobs(tmp_path: Path) -> None:
+    """``launcher: run`` where the module binds ``run = Copy.apply``: the loader finds
+    ``forward`` behind the alias (it said "not defined ... no knobs discovered" before)."""
+    body = """
+        class Copy(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                out = torch.empty_like(x)
+                _copy[(triton.cdiv(x.numel(), 256),)](x, out, x.numel(), BLOCK=256)
+                return out
+
+
+        run = Copy.apply
+        """
+    spec = load_entry(entry(tmp_path, body))
+    assert set(spec.knobs) == {"BLOCK", "num_warps"}, notices(spec)
+    assert spec.baseline_knobs["BLOCK"] == 256 and not spec.notices
+
+
 def test_backward_kernels_are_knobs_only_when_the_entry_runs_backward(tmp_path: Path) -> None:
     """An autograd Function's ``backward`` launches run only with ``backward: true``;
     without it, their knobs would only time the baseline again."""

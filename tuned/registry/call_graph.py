@@ -2,7 +2,8 @@
 
 Knob discovery (:mod:`tuned.registry.discovery`) looks for launches in the launcher and in the
 module's functions it calls, :data:`CALL_DEPTH` deep, following ``Fn.apply(...)`` into an
-autograd Function of the module; when it finds none, it names the imported functions the
+autograd Function of the module and ``Cls.method(...)`` into a static or class method of
+one of its classes; when it finds none, it names the imported functions the
 launcher calls (where the kernels then live). Nothing is executed: syntax trees only.
 """
 
@@ -28,7 +29,8 @@ def reachable(
     backward: bool = True,
 ) -> list[ast.FunctionDef]:
     """The launchers, and the module's non-kernel functions they call (breadth first);
-    ``Fn.apply(...)`` leads into ``Fn``'s ``forward`` (and ``backward`` when ``backward``)."""
+    ``Fn.apply(...)`` leads into ``Fn``'s ``forward`` (and ``backward`` when ``backward``),
+    ``Cls.method(...)`` into that method of the module's class ``Cls``."""
     seen: list[ast.FunctionDef] = list(launchers)
     frontier = list(launchers)
     for _ in range(CALL_DEPTH):
@@ -41,14 +43,14 @@ def reachable(
                 if isinstance(node.func, ast.Name):
                     found = functions.get(node.func.id)
                     callees = [] if found is None else [found]
-                elif (  # `Fn.apply(...)` of an autograd Function of the module
+                elif (  # `Fn.apply(...)` of an autograd Function of the module, or
+                    # `Cls.method(...)`: a static or class method of one of its classes
                     isinstance(node.func, ast.Attribute)
-                    and node.func.attr == "apply"
                     and isinstance(node.func.value, ast.Name)
                     and tree is not None
                 ):
                     callees = launcher_functions(
-                        tree, f"{node.func.value.id}.apply", backward=backward
+                        tree, f"{node.func.value.id}.{node.func.attr}", backward=backward
                     )
                 for callee in callees:
                     if callee.name not in kernels and all(callee is not s for s in seen):

@@ -21,6 +21,8 @@ from pathlib import Path
 from tuned.registry.kernel_facts import is_jit
 
 __all__ = [
+    "alias_of",
+    "dotted_name",
     "imported_kernels",
     "launched_name",
     "launcher_functions",
@@ -55,16 +57,47 @@ def module_functions(tree: ast.Module) -> dict[str, ast.FunctionDef]:
     return {s.name: s for s in module_statements(tree) if isinstance(s, ast.FunctionDef)}
 
 
+def dotted_name(node: ast.expr) -> str:
+    """``a.b.c`` for a chain of attributes on a name, ``a`` for a name; "" for anything else."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) else ""
+
+
+def _is_bound(stmt: ast.Assign, name: str) -> bool:
+    return any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets)
+
+
+def alias_of(tree: ast.Module, name: str) -> str | None:
+    """What the top-level ``name`` aliases when its last binding is ``name = a.b`` (``matmul
+    = _matmul.apply``), as a dotted name; None for anything else."""
+    for stmt in reversed(module_statements(tree)):
+        if isinstance(stmt, (ast.FunctionDef, ast.ClassDef)) and stmt.name == name:
+            return None
+        if isinstance(stmt, ast.Assign) and _is_bound(stmt, name):
+            target = dotted_name(stmt.value)
+            return target if target and target != name else None
+    return None
+
+
 def launcher_functions(
-    tree: ast.Module, qualname: str, *, backward: bool = True
+    tree: ast.Module, qualname: str, *, backward: bool = True, _depth: int = 0
 ) -> list[ast.FunctionDef]:
     """The functions a launcher's dotted name runs: ``f``; ``Cls.method``; ``Cls.apply`` of an
     autograd Function (its ``forward`` and, with ``backward``, its ``backward``); ``Cls`` (an
-    ``nn.Module``: its ``forward``). Empty when the module does not define it."""
+    ``nn.Module``: its ``forward``); a top-level alias of one of these (``matmul =
+    _matmul.apply``, ``op = _op_impl``). Empty when the module does not define it."""
     head, _, tail = qualname.partition(".")
     for stmt in reversed(module_statements(tree)):  # the last definition wins
         if isinstance(stmt, ast.FunctionDef) and stmt.name == head and not tail:
             return [stmt]
+        if isinstance(stmt, ast.Assign) and not tail and _is_bound(stmt, head):
+            target = alias_of(tree, head)  # matmul = _matmul.apply
+            if target is None or _depth >= 4:
+                return []
+            return launcher_functions(tree, target, backward=backward, _depth=_depth + 1)
         if isinstance(stmt, ast.ClassDef) and stmt.name == head:
             methods = {s.name: s for s in stmt.body if isinstance(s, ast.FunctionDef)}
             if tail == "apply" and "forward" in methods:

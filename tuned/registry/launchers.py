@@ -17,6 +17,7 @@ import importlib.util
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from tuned.registry.kernel_sources import alias_of
 from tuned.registry.problems import Problems, show
 from tuned.registry.source import ModuleOutline
 from tuned.registry.spec import KnobValue
@@ -148,14 +149,15 @@ def _classes(tree: ast.Module) -> dict[str, ast.ClassDef]:
 
 
 def launcher_definition(
-    source: str, outline: ModuleOutline, path: str
+    source: str, outline: ModuleOutline, path: str, _depth: int = 0
 ) -> tuple[ast.FunctionDef | None, int]:
     """The ``def`` that receives the inputs and knobs for ``path``, and how many leading
     parameters are not inputs (``self``, ``ctx``); ``(None, 0)`` when it is not in the module.
 
     ``name`` is a top-level def; ``Class.apply`` of an autograd Function is ``forward`` (after
     ``ctx``); ``Class.method`` the method (after ``self``/``cls`` unless a staticmethod); a class
-    (an ``nn.Module``) its ``forward`` (after ``self``).
+    (an ``nn.Module``) its ``forward`` (after ``self``); a top-level alias (``matmul =
+    _matmul.apply``) what it names.
     """
     parts = path.split(".")
     if len(parts) == 1 and parts[0] in outline.functions:
@@ -163,9 +165,13 @@ def launcher_definition(
     if len(parts) > 2:
         return None, 0
     try:
-        cls = _classes(ast.parse(source)).get(parts[0])
+        tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None, 0
+    alias = alias_of(tree, path) if len(parts) == 1 else None
+    if alias is not None and _depth < 4:  # matmul = _matmul.apply
+        return launcher_definition(source, outline, alias, _depth + 1)
+    cls = _classes(tree).get(parts[0])
     if cls is None:
         return None, 0
     methods = {s.name: s for s in cls.body if isinstance(s, ast.FunctionDef)}
