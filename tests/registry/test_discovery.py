@@ -325,6 +325,61 @@ def test_an_entry_whose_launcher_is_an_alias_of_apply_gets_its_knobs(tmp_path: P
     assert spec.baseline_knobs["BLOCK"] == 256 and not spec.notices
 
 
+TRITON_OP_SOURCE = (
+    HEADER
+    + "from torch.library import triton_op, wrap_triton\n"
+    + COPY_KERNEL
+    + textwrap.dedent(
+        """
+
+        @triton_op("ktuned_test::copy_op", mutates_args={})
+        def run(x: torch.Tensor) -> torch.Tensor:
+            out = torch.empty_like(x)
+            grid = lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)
+            wrap_triton(_copy)[grid](x, out, x.numel(), BLOCK=256)
+            return out
+        """
+    )
+    + TAIL
+)
+
+
+def test_a_triton_op_launching_through_wrap_triton_gets_its_knobs(tmp_path: Path) -> None:
+    """``wrap_triton(kernel)[grid](...)`` in a ``@triton_op`` (torch.library's way, as in
+    torchao and torchtitan) is a launch of ``kernel``; it was not seen, and the note told
+    the user to register ``torch.library.triton_op`` instead. The copies run in the worker."""
+    found = discover_source(TRITON_OP_SOURCE, "run")
+    assert found is not None
+    assert set(found.knobs) == {"BLOCK", "num_warps"}, [n.reason for n in found.notices]
+    assert found.baseline == {"BLOCK": 256, "num_warps": 4} and not found.notices
+    directory = tmp_path / "reg" / "op"
+    directory.mkdir(parents=True)
+    (directory / "m.py").write_text(TRITON_OP_SOURCE)
+    doc = {
+        "name": "op",
+        "module": "m.py",
+        "launcher": "run",
+        "inputs": "make_inputs",
+        "shapes": [{"N": 100, "perf": True}],
+        "dtypes": ["float32"],
+    }
+    (directory / "kernel.yaml").write_text(yaml.safe_dump(doc))
+    store = SqliteStore(tmp_path / "s.sqlite")
+    report = tune_registry(
+        directory.parent,
+        store=store,
+        state_dir=tmp_path / "state",
+        settings=TuneSettings(budget=2, seed=1),
+        evaluation=EvaluationSettings(interpreter=True),
+    )
+    spec = scan_registry(directory.parent).entries[0]
+    trials = store.trials(spec.name, spec.generation, store.record_fingerprint(report.fingerprint))
+    assert len(trials) == 3
+    for t in trials:  # the generated copies registered their op again and launched
+        assert t.result.outcome is Outcome.OK, t.result.reason
+    store.close()
+
+
 def test_backward_kernels_are_knobs_only_when_the_entry_runs_backward(tmp_path: Path) -> None:
     """An autograd Function's ``backward`` launches run only with ``backward: true``;
     without it, their knobs would only time the baseline again."""
@@ -377,6 +432,31 @@ def test_an_op_calling_a_launcher_of_another_module_is_told_which_to_register() 
     reason = " ".join(n.reason for n in found.notices)
     assert "it calls act_launcher (from pkg.kernels.act), shape_of (from pkg.ops.helpers)" in reason
     assert "`ktuned registry add pkg.kernels.act.act_launcher`" in reason
+
+
+def test_the_launcher_to_register_instead_is_never_torch_or_triton_s_own() -> None:
+    """A decorator (``@triton_op``) and framework helpers (``triton.cdiv``) are no launcher
+    to register instead: the note said ``ktuned registry add torch.library.triton_op`` and
+    ``ktuned registry add triton.cdiv`` for torchao's ops."""
+    source = HEADER + textwrap.dedent(
+        """
+        from torch.library import triton_op
+        from triton import cdiv
+        from pkg.kernels.act import act_launcher
+
+
+        @triton_op("pkg::act", mutates_args={})
+        def act(x: torch.Tensor) -> torch.Tensor:
+            out = torch.empty(cdiv(x.numel(), 2) * 2, device=x.device)
+            act_launcher(out, x)
+            return out
+        """
+    )
+    found = discover_source(source, "act", "pkg.ops.act")
+    assert found is not None and found.knobs == {}
+    reason = " ".join(n.reason for n in found.notices)
+    assert "it calls act_launcher (from pkg.kernels.act):" in reason, reason
+    assert "triton_op" not in reason and "cdiv" not in reason
 
 
 def test_unreadable_autotune_missing_launches_and_declared_empty_knobs(tmp_path: Path) -> None:

@@ -18,6 +18,8 @@ __all__ = ["CALL_DEPTH", "imported_callees", "reachable"]
 
 #: How deep calls from a launcher are followed into the module's own functions.
 CALL_DEPTH = 3
+#: Packages whose functions a launcher calls but that never hold its kernels' launcher.
+FRAMEWORKS = frozenset({"torch", "triton"})
 
 
 def reachable(
@@ -66,9 +68,9 @@ def imported_callees(
     scanned: Sequence[ast.FunctionDef],
     kernels: Container[str],
 ) -> list[tuple[str, str]]:
-    """(name, module) of the functions ``scanned`` calls that ``module`` imports with
-    ``from MODULE import name`` (relative imports resolved against ``module``; an entry's
-    file, ``*.py``, keeps them as written)."""
+    """(name, module) of the functions ``scanned`` calls in their bodies that ``module``
+    imports with ``from MODULE import name`` (relative imports resolved against ``module``; an
+    entry's file, ``*.py``, keeps them as written); PyTorch's and Triton's own left out."""
     if tree is None:
         return []
     origin: dict[str, str] = {}
@@ -84,11 +86,16 @@ def imported_callees(
                 origin[alias.asname or alias.name] = f"{base}.{alias.name}"
     out: list[tuple[str, str]] = []
     for fn in scanned:
+        decorators = {id(n) for d in fn.decorator_list for n in ast.walk(d)}
         for node in ast.walk(fn):
+            if id(node) in decorators:
+                continue
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
                 full = origin.get(node.func.id)
                 if full is not None and node.func.id not in kernels:
                     name_module, name = full.rsplit(".", 1)
+                    if name_module.split(".")[0] in FRAMEWORKS:
+                        continue  # triton.cdiv, torch.library.wrap_triton: not a launcher
                     if (name, name_module) not in out:
                         out.append((name, name_module))
     return out

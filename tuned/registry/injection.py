@@ -29,6 +29,7 @@ from typing import Any
 from tuned.errors import TunedError
 from tuned.registry.autotune import AUTO, config_text, config_values
 from tuned.registry.discovery import Discovery, Site, discover_source
+from tuned.registry.kernel_sources import launched_kernel
 from tuned.registry.spec import KnobValue
 
 __all__ = [
@@ -157,7 +158,7 @@ _Pins = dict[int, tuple[Site, dict[str, KnobValue]]]
 def _pin_launch(text: _Text, site: Site, values: Mapping[str, KnobValue]) -> None:
     call = site.node
     assert isinstance(call, ast.Call) and isinstance(call.func, ast.Subscript)
-    text.insert(text.span(call.func.value)[1], ".fn")
+    text.insert(text.span(launched_kernel(call.func.value))[1], ".fn")
     args: list[ast.AST] = [*call.args, *call.keywords]
     pinned = ", ".join(f"{k}={v!r}" for k, v in values.items())
     if args:

@@ -21,9 +21,11 @@ from pathlib import Path
 from tuned.registry.kernel_facts import is_jit
 
 __all__ = [
+    "KERNEL_WRAPPERS",
     "alias_of",
     "dotted_name",
     "imported_kernels",
+    "launched_kernel",
     "launched_name",
     "launcher_functions",
     "locate_launcher",
@@ -133,9 +135,29 @@ def _module_source(dotted: str, sources: Mapping[str, str], search: Sequence[str
     return None
 
 
+#: Wrappers that return the kernel they are given, to launch it as ``wrap(k)[grid](...)``:
+#: ``torch.library.wrap_triton`` (inside a ``@triton_op``) and its former name.
+KERNEL_WRAPPERS = frozenset({"wrap_triton", "capture_triton"})
+
+
+def launched_kernel(node: ast.expr) -> ast.expr:
+    """The kernel expression of a launch ``node[grid](...)``: ``k`` itself, or ``k`` of
+    ``wrap_triton(k)`` (``torch.library.wrap_triton``, how a ``@triton_op`` launches)."""
+    if (
+        isinstance(node, ast.Call)
+        and len(node.args) == 1
+        and not node.keywords
+        and dotted_name(node.func).rpartition(".")[2] in KERNEL_WRAPPERS
+    ):
+        return node.args[0]
+    return node
+
+
 def launched_name(node: ast.expr) -> str:
-    """``k`` for ``k[grid](...)``, ``K.k`` for ``K.k[grid](...)`` (a kernel of an imported
-    module); "" for anything else (``self.k``, a call)."""
+    """``k`` for ``k[grid](...)`` and ``wrap_triton(k)[grid](...)``, ``K.k`` for
+    ``K.k[grid](...)`` (a kernel of an imported module); "" for anything else (``self.k``,
+    a call)."""
+    node = launched_kernel(node)
     if isinstance(node, ast.Name):
         return node.id
     parts: list[str] = []
