@@ -380,6 +380,37 @@ def test_a_triton_op_launching_through_wrap_triton_gets_its_knobs(tmp_path: Path
     store.close()
 
 
+def test_a_stand_in_that_only_raises_does_not_hide_the_guarded_launcher() -> None:
+    """``if has_triton(): def op ... else: def op(...): raise ...`` (torchao's mx_formats
+    kernels): the stand-in, defined last, is not the launcher discovery reads."""
+    source = HEADER + textwrap.dedent(
+        """
+        from torch.utils._triton import has_triton
+
+        if has_triton():
+
+            @triton.jit
+            def _copy(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+                offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+                tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+            def run(x):
+                out = torch.empty_like(x)
+                _copy[(triton.cdiv(x.numel(), 256),)](x, out, x.numel(), BLOCK=256)
+                return out
+
+        else:
+
+            def run(x):
+                '''Needs Triton.'''
+                raise AssertionError("needs triton")
+        """
+    )
+    found = discover_source(source, "run")
+    assert found is not None
+    assert set(found.knobs) == {"BLOCK", "num_warps"}, [n.reason for n in found.notices]
+
+
 def test_backward_kernels_are_knobs_only_when_the_entry_runs_backward(tmp_path: Path) -> None:
     """An autograd Function's ``backward`` launches run only with ``backward: true``;
     without it, their knobs would only time the baseline again."""

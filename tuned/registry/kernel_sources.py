@@ -31,6 +31,7 @@ __all__ = [
     "locate_launcher",
     "module_functions",
     "module_statements",
+    "only_raises",
 ]
 
 #: Largest module read to find an imported kernel (a generated file is not a kernel library).
@@ -53,10 +54,30 @@ def module_statements(tree: ast.Module) -> list[ast.stmt]:
     return out
 
 
+def only_raises(fn: ast.FunctionDef) -> bool:
+    """True for a stand-in whose body (after its docstring) is one ``raise``: the fallback of
+    ``if has_triton(): def op(...): ... else: def op(...): raise ...``."""
+    body = fn.body
+    if len(body) > 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    return len(body) == 1 and isinstance(body[0], ast.Raise)
+
+
+def _defines(stmts: list[ast.stmt], name: str) -> list[ast.FunctionDef | ast.ClassDef]:
+    return [s for s in stmts if isinstance(s, (ast.FunctionDef, ast.ClassDef)) and s.name == name]
+
+
 def module_functions(tree: ast.Module) -> dict[str, ast.FunctionDef]:
     """Name -> def of the module's functions (see :func:`module_statements`; the last
-    definition of a name wins)."""
-    return {s.name: s for s in module_statements(tree) if isinstance(s, ast.FunctionDef)}
+    definition of a name wins, but a stand-in that only raises never replaces one that
+    does something)."""
+    found: dict[str, ast.FunctionDef] = {}
+    for stmt in module_statements(tree):
+        if isinstance(stmt, ast.FunctionDef):
+            if stmt.name in found and only_raises(stmt) and not only_raises(found[stmt.name]):
+                continue
+            found[stmt.name] = stmt
+    return found
 
 
 def dotted_name(node: ast.expr) -> str:
@@ -92,8 +113,16 @@ def launcher_functions(
     ``nn.Module``: its ``forward``); a top-level alias of one of these (``matmul =
     _matmul.apply``, ``op = _op_impl``). Empty when the module does not define it."""
     head, _, tail = qualname.partition(".")
-    for stmt in reversed(module_statements(tree)):  # the last definition wins
+    statements = module_statements(tree)
+    real = [
+        s
+        for s in _defines(statements, head)
+        if not isinstance(s, ast.FunctionDef) or not only_raises(s)
+    ]
+    for stmt in reversed(statements):  # the last definition wins, a stand-in that raises last
         if isinstance(stmt, ast.FunctionDef) and stmt.name == head and not tail:
+            if only_raises(stmt) and real:
+                continue
             return [stmt]
         if isinstance(stmt, ast.Assign) and not tail and _is_bound(stmt, head):
             target = alias_of(tree, head)  # matmul = _matmul.apply
