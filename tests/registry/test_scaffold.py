@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 from tests.conftest import ADD_SOURCE
@@ -96,6 +97,35 @@ def test_add_writes_a_stub_that_check_reports(tmp_path: Path) -> None:
     assert check.returncode == 2
     assert "field 'inputs'" in check.stdout and "still a stub" in check.stdout
     assert "mode (a flag or mode" in check.stdout
+
+
+def test_add_reads_a_custom_op_s_function_and_stubs_a_bare_star_args(tmp_path: Path) -> None:
+    """A ``torch.library.custom_op`` (or ``triton_op``: torchao's ops) is an object whose
+    signature is ``(*args, **kwargs)``: its inputs are its function's. A launcher that says
+    only ``*args`` gets a stub, never a ``make_inputs`` that returns ``()``."""
+    source = ADD_SOURCE + textwrap.dedent(
+        """
+
+        @torch.library.custom_op("ktuned_scaffold::add_op", mutates_args=())
+        def add_op(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return add(x, y)
+
+
+        def add_any(*args, **kwargs):
+            return add(*args, **kwargs)
+        """
+    )
+    (tmp_path / "ops.py").write_text(source)
+    for launcher in ("add_op", "add_any"):
+        added = ktuned(
+            "registry", "add", f"ops.{launcher}", "--shape", "N=64", "--out",
+            tmp_path / "reg", path=tmp_path,
+        )  # fmt: skip
+        assert added.returncode == 0, added.stderr
+    inputs = (tmp_path / "reg" / "add_op" / "entry.py").read_text()
+    assert "return (x, y)" in inputs and "NotImplementedError" not in inputs, inputs
+    stub = (tmp_path / "reg" / "add_any" / "entry.py").read_text()
+    assert 'NotImplementedError("TODO(ktuned registry add): make the inputs for *args' in stub
 
 
 def test_add_refuses_what_it_cannot_import(tmp_path: Path) -> None:

@@ -101,7 +101,7 @@ def _returns_nothing(target: Any) -> bool:
 
     from tuned.registry.launchers import returns_nothing
 
-    function = getattr(target, "__func__", target)
+    function = getattr(_function_of(target), "__func__", _function_of(target))
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
     except (OSError, TypeError, SyntaxError):
@@ -125,7 +125,14 @@ def _signature_params(target: Any) -> list[inspect.Parameter]:
         return list(
             inspect.signature(getattr(target, "forward", target.__call__)).parameters.values()
         )[1:]
-    return list(inspect.signature(target).parameters.values())
+    return list(inspect.signature(_function_of(target)).parameters.values())
+
+
+def _function_of(target: Any) -> Any:
+    """The function a ``torch.library.custom_op`` / ``triton_op`` wraps (its object's own
+    signature is ``(*args, **kwargs)``), else ``target``."""
+    function = getattr(target, "_init_fn", None)  # torch._library.custom_ops.CustomOpDef
+    return function if callable(function) else target
 
 
 def infer_inputs(
@@ -135,8 +142,13 @@ def infer_inputs(
     order = list(dims)
     full = ", ".join(f'shape["{d}"]' for d in order)
     last = f'shape["{order[-1]}"]'
-    lines, todo, names = [], [], []
+    lines: list[str] = []
+    todo: list[str] = []
+    names: list[str] = []
     for p in params:
+        if p.kind is p.VAR_POSITIONAL and not names and not lines:
+            todo.append(f"*{p.name} (the signature does not say which inputs it takes)")
+            continue
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
         if p.default is not p.empty:
