@@ -111,12 +111,17 @@ def test_add_reads_a_custom_op_s_function_and_stubs_a_bare_star_args(tmp_path: P
             return add(x, y)
 
 
+        @torch.library.triton_op("ktuned_scaffold::add_triton_op", mutates_args=())
+        def add_triton_op(x: torch.Tensor, y: torch.Tensor, n: int) -> torch.Tensor:
+            return add(x, y)
+
+
         def add_any(*args, **kwargs):
             return add(*args, **kwargs)
         """
     )
     (tmp_path / "ops.py").write_text(source)
-    for launcher in ("add_op", "add_any"):
+    for launcher in ("add_op", "add_triton_op", "add_any"):
         added = ktuned(
             "registry", "add", f"ops.{launcher}", "--shape", "N=64", "--out",
             tmp_path / "reg", path=tmp_path,
@@ -124,6 +129,8 @@ def test_add_reads_a_custom_op_s_function_and_stubs_a_bare_star_args(tmp_path: P
         assert added.returncode == 0, added.stderr
     inputs = (tmp_path / "reg" / "add_op" / "entry.py").read_text()
     assert "return (x, y)" in inputs and "NotImplementedError" not in inputs, inputs
+    inputs = (tmp_path / "reg" / "add_triton_op" / "entry.py").read_text()
+    assert "Its parameters: x, y, n." in inputs and "n (a int scalar)" in inputs, inputs
     stub = (tmp_path / "reg" / "add_any" / "entry.py").read_text()
     assert 'NotImplementedError("TODO(ktuned registry add): make the inputs for *args' in stub
 

@@ -125,7 +125,28 @@ def _signature_params(target: Any) -> list[inspect.Parameter]:
         return list(
             inspect.signature(getattr(target, "forward", target.__call__)).parameters.values()
         )[1:]
-    return list(inspect.signature(_function_of(target)).parameters.values())
+    params = list(inspect.signature(_function_of(target)).parameters.values())
+    schema = getattr(getattr(target, "_opoverload", None), "_schema", None)
+    if schema is not None and all(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
+        return _schema_params(schema)  # a triton_op: its function is a (*args, **kwargs) shim
+    return params
+
+
+def _schema_params(schema: Any) -> list[inspect.Parameter]:
+    """A custom op's parameters as its registered schema states them (names, ``int`` / ``float``
+    / ``bool`` scalars, defaults)."""
+    kinds = {"int": int, "SymInt": int, "float": float, "bool": bool, "str": str}
+    out = []
+    for arg in schema.arguments:
+        default = arg.default_value if arg.has_default_value() else inspect.Parameter.empty
+        annotation = kinds.get(str(arg.type), inspect.Parameter.empty)
+        kind = (
+            inspect.Parameter.KEYWORD_ONLY
+            if arg.kwarg_only
+            else inspect.Parameter.POSITIONAL_OR_KEYWORD
+        )
+        out.append(inspect.Parameter(arg.name, kind, default=default, annotation=annotation))
+    return out
 
 
 def _function_of(target: Any) -> Any:
