@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import ADD_SOURCE, WriteEntry, has_gpu
+from tests.conftest import ADD_SOURCE, ADD_YAML, WriteEntry, has_gpu
 from tuned.evaluation import EvaluationSettings, WorkerClient
 from tuned.evaluation.guard import launch_has_work
 from tuned.evaluation.runner import plain_problem
@@ -133,6 +133,28 @@ def test_the_own_runner_is_reused_and_a_fresh_one_never_is(tmp_path: Path) -> No
         assert not own.alive and pool.own() is not own
     finally:
         pool.close()
+
+
+def test_the_own_runner_outlives_a_knob_variant_judged_incorrect(
+    client: WorkerClient, write_entry: WriteEntry
+) -> None:
+    """An incorrect or NaN verdict is the judge's, on outputs the runner returned as asked:
+    the own runner (the user's source only) stays, and the next knob variant runs in it. On
+    the H200 a new one cost each candidate after such a verdict 11-12 s (its CUDA context,
+    Liger's imports)."""
+    one_program = ADD_SOURCE.replace("_add[(triton.cdiv(n, BLOCK),)]", "_add[(1,)]")
+    yaml = ADD_YAML.replace("[64, 128, 256, 512, 1024]", "[64, 4096]")
+    spec = load_entry(write_entry("one", one_program, yaml.format(name="one")))
+    assert client.evaluate(spec, _candidate(spec, one_program, {"BLOCK": 4096})).outcome is (
+        Outcome.OK
+    )
+    before = client.process_ids()
+    short = client.evaluate(spec, _candidate(spec, one_program, {"BLOCK": 64}))
+    assert short.outcome in (Outcome.INCORRECT, Outcome.NAN), short.reason  # 64 of 3000 written
+    assert client.process_ids() == before  # no runner ended
+    again = client.evaluate(spec, _candidate(spec, one_program, {"BLOCK": 4096}))
+    assert again.outcome is Outcome.OK
+    assert client.process_ids() == before  # and none started
 
 
 @pytest.mark.slow

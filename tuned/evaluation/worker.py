@@ -203,6 +203,13 @@ def prepare(
     return {"type": "prepared", "ok": True, "seconds": sum(evaluation.phase_seconds.values())}
 
 
+#: Failures that are the judge's verdict on outputs the runner returned as asked: its own
+#: runner (the user's source only) stays for the next candidate. Ending it cost the next one a
+#: new runner, its CUDA context and the user's package imports again: 11-12 s a candidate
+#: for Liger's fused add + RMSNorm on the H200, where most knob variants fail in bfloat16.
+_VERDICTS = frozenset({"incorrect", "nan"})
+
+
 def evaluate(
     request: Mapping[str, Any],
     loader: ModuleLoader,
@@ -220,7 +227,10 @@ def evaluate(
         result = evaluation.run()
         evaluation.release()
     except CaseFailure as failure:
-        evaluation.discard_runners()
+        if failure.outcome in _VERDICTS and not failure.fatal:
+            evaluation.release()  # the judge's verdict on outputs: the runners are sound
+        else:
+            evaluation.discard_runners()
         fatal = failure.fatal
         result = {
             "outcome": failure.outcome,
