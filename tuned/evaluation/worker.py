@@ -351,9 +351,9 @@ def _serve(
                 # Taken over for another kernel before this preparation began: its cases are
                 # made when (if ever) one of its candidates comes. On the H100 a
                 # re-measurement waited 56 s for a spare making five kernels' cases first.
-                # Taken over while it prepares: it gives up before the next case.
                 channel.send(_SKIPPED)
                 continue
+            # Taken over while it prepares: it gives up before the next case.
             abandon = functools.partial(_taken_for_another, channel, name)
             answer = prepare(request, loader, device, pool, cache, turn, abandon)
             _return_device_memory(device)

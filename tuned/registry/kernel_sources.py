@@ -125,8 +125,8 @@ def launcher_functions(
                 continue
             return [stmt]
         if isinstance(stmt, ast.Assign) and not tail and _is_bound(stmt, head):
-            target = alias_of(tree, head)  # matmul = _matmul.apply
-            if target is None or _depth >= 4:
+            target = dotted_name(stmt.value)  # the last binding: matmul = _matmul.apply
+            if not target or target == head or _depth >= 4:
                 return []
             return launcher_functions(tree, target, backward=backward, _depth=_depth + 1)
         if isinstance(stmt, ast.ClassDef) and stmt.name == head:

@@ -101,7 +101,8 @@ def _returns_nothing(target: Any) -> bool:
 
     from tuned.registry.launchers import returns_nothing
 
-    function = getattr(_function_of(target), "__func__", _function_of(target))
+    wrapped = _function_of(target)
+    function = getattr(wrapped, "__func__", wrapped)
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
     except (OSError, TypeError, SyntaxError):
