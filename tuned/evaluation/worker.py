@@ -23,6 +23,7 @@ import functools
 import importlib
 import os
 import platform
+import re
 import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -278,9 +279,26 @@ def retry_out_of_memory(
         retried, fatal = again()
     finally:
         cache.resident = True
-    note = f"out of GPU memory on the first try ({short(str(result.get('reason', '')), 200)})"
+    note = f"out of GPU memory on the first try ({memory_figures(str(result.get('reason', '')))})"
     retried["metadata"] = {**(retried.get("metadata") or {}), "retried": note}
     return retried, fatal
+
+
+#: The figures of PyTorch's out-of-memory message: what was asked, what was free, and which
+#: processes held the device (on the H200, who held it was the question).
+_MEMORY_FIGURES = re.compile(
+    r"Tried to allocate [^.]+\.\d* ?\w+|of which [^.]+\.\d* ?\w+ is free"
+    r"|Process \d+ has [^.]+\.\d* ?\w+ memory in use"
+    r"|this process has [^.]+\.\d* ?\w+ memory in use"
+)
+
+
+def memory_figures(reason: str, limit: int = 600) -> str:
+    """An out-of-memory reason cut to its figures (``Tried to allocate 1.96 GiB; of which
+    512.00 MiB is free; Process 4242 has 20.10 GiB memory in use; ...``), or its first 200
+    characters when it has none: the message's advice takes the rest of a short note."""
+    figures = _MEMORY_FIGURES.findall(reason)
+    return short("; ".join(figures), limit) if figures else short(reason, 200)
 
 
 def _out_of_memory(result: Mapping[str, Any]) -> bool:
