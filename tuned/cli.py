@@ -255,6 +255,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="ktuned: %(message)s",
         stream=sys.stderr,
     )
+    from tuned.evaluation.modules import dump_stacks_on_signal
+
+    dump_stacks_on_signal()  # the campaign's or the daemon's stacks, on SIGUSR2
     try:
         if args.command == "tune":
             return _tune(args)

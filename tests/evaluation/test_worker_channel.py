@@ -5,11 +5,18 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import threading
+import time
+from pathlib import Path
 
 import pytest
 
+from tests.conftest import WriteEntry
+from tuned.evaluation import EvaluationSettings, WorkerClient
 from tuned.evaluation.modules import MAX_LINE, Channel
+from tuned.outcomes import Candidate, Outcome, Provenance
+from tuned.registry import load_entry
 
 
 def _channel() -> tuple[Channel, int, int]:
@@ -52,3 +59,35 @@ def test_a_line_without_end_at_close_is_no_message_and_an_endless_one_is_refused
     os.close(channel._in.fd)  # the writer ends
     writer.join(timeout=30)
     assert not writer.is_alive()
+
+
+def test_sigusr2_prints_a_waiting_workers_stacks_to_its_log_and_it_goes_on(
+    tmp_path: Path, write_entry: WriteEntry
+) -> None:
+    """On the H200 a tune sat 190 s with no evaluation and no phase over its timeout, and
+    nothing said where it waited. SIGUSR2 now makes a worker (and the zygote and runners)
+    print every thread's stack to its log (docs/runbook.md), without stopping it."""
+    spec = load_entry(write_entry())
+    candidate = Candidate(
+        kernel=spec.name,
+        generation=spec.generation,
+        source=spec.module_source,
+        knobs={},
+        provenance=Provenance.PARAMETRIC,
+        strategy="test",
+    )
+    workdir = tmp_path / "w"
+    with WorkerClient(workdir=workdir, settings=EvaluationSettings(interpreter=True)) as client:
+        assert client.evaluate(spec, candidate).outcome is Outcome.OK
+        (judge,) = client.worker_pids()
+        os.kill(judge, signal.SIGUSR2)
+        log = workdir / "stderr.log"
+        deadline = time.monotonic() + 30
+        while "_serve" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        text = log.read_text()
+        assert "Current thread" in text or "Thread 0x" in text
+        assert "in _serve" in text  # where the judge waits: for its next request
+        after = client.evaluate(spec, candidate)
+        assert after.outcome is Outcome.OK, after.reason
+        assert client.worker_pids() == {judge}  # the same process goes on

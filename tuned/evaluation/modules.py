@@ -8,12 +8,15 @@ The judge (:mod:`tuned.evaluation.judge`) imports the entry's *original* module 
 
 from __future__ import annotations
 
+import contextlib
+import faulthandler
 import hashlib
 import importlib
 import importlib.util
 import json
 import os
 import resource
+import signal
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -98,6 +101,15 @@ def refuse_tracing() -> bool:
         return int(libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
     except (OSError, AttributeError):
         return False
+
+
+def dump_stacks_on_signal() -> None:
+    """SIGUSR2 prints every thread's Python stack to this process's stderr log (and, in the
+    zygote, to each runner's it forks): how an operator sees where a worker that makes no
+    progress waits (``pkill -USR2 -f tuned.evaluation``; docs/runbook.md). On the H200 a tune
+    sat 190 s with no evaluation and no phase over its timeout, and nothing said where."""
+    with contextlib.suppress(AttributeError, ValueError, OSError):  # no SIGUSR2, no stderr fd
+        faulthandler.register(signal.SIGUSR2, all_threads=True)
 
 
 def limit_resources() -> None:

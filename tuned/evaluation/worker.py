@@ -37,6 +37,7 @@ from tuned.evaluation.judge import INTERPRETER_TIMING_SIZE, Abandoned, Case, Eva
 from tuned.evaluation.modules import (
     Channel,
     ModuleLoader,
+    dump_stacks_on_signal,
     entry_key,
     import_candidate,
     inputs_module,
@@ -398,6 +399,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not refuse_tracing():  # before any runner exists: candidates never reach this process
         print("cannot make the judge non-dumpable (prctl); runners may trace it", file=sys.stderr)
     os.dup2(2, 1)  # library prints go to the stderr log, never into the protocol
+    dump_stacks_on_signal()
     channel = Channel(in_fd, out_fd)
     turn = GpuTurn.from_environment()  # before any runner starts: they never hold it
     import torch

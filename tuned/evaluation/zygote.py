@@ -88,9 +88,10 @@ def serve(sock: socket.socket) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     sock = socket.socket(fileno=int(args[0]))
-    from tuned.evaluation.modules import limit_resources, refuse_tracing
+    from tuned.evaluation.modules import dump_stacks_on_signal, limit_resources, refuse_tracing
 
     limit_resources()
+    dump_stacks_on_signal()  # and every runner it forks
     # Non-dumpable, and so is every runner it forks: a runner can neither write the zygote's
     # memory (which forks later candidates' runners) nor trace another runner.
     refuse_tracing()
