@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -270,3 +271,35 @@ def test_an_op_whose_kernels_live_in_another_module_names_that_module(
     assert result.outcome is Outcome.CHEAT, result.reason
     assert "it launched kernels of tests.fixtures.foreign_kernels" in result.reason, result.reason
     assert "register the function there that launches them" in result.reason
+
+
+def test_a_candidate_far_slower_than_its_original_in_a_phase_times_out_early(
+    tmp_path: Path, spec: KernelSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the H200 a knob variant of Liger's RMSNorm backward kept ptxas busy for over 190 s
+    of its correctness phase (deadline 300 s) where the original took 5 s. A candidate's phase
+    now ends at ten times its original's (at least ``RELATIVE_FLOOR_S``, 60 s; here 2 s)."""
+    from tuned.evaluation import client as client_module
+
+    monkeypatch.setattr(client_module, "RELATIVE_FLOOR_S", 2.0)
+    settings = EvaluationSettings(interpreter=True, compile_timeout_s=300.0)
+    hangs = ADD_SOURCE.replace("out = torch.empty_like(x)", "import time; time.sleep(3600)")
+    with WorkerClient(workdir=tmp_path / "w", settings=settings) as c:
+        original = Candidate(
+            kernel=spec.name,
+            generation=spec.generation,
+            source=spec.module_source,
+            knobs={},
+            provenance=Provenance.ORIGINAL,
+        )
+        assert c.evaluate(spec, original).outcome is Outcome.OK
+        took = c.original_phases[spec.name]["compile"]
+        limit = max(2.0, 10 * took)
+        assert limit < 300
+        started = time.monotonic()
+        result = c.evaluate(spec, _candidate(spec, hangs, {}))
+        assert result.outcome is Outcome.TIMEOUT and result.phase == "compile", result
+        assert time.monotonic() - started < limit + 60  # not the phase's 300 s
+        assert f"the original's {took:.1f} s x 10" in result.reason
+        # An original is bound by the settings' deadlines only.
+        assert c.deadline("compile") == (300.0, "its")

@@ -50,7 +50,7 @@ from tuned.evaluation.settings import PHASES, EvaluationSettings
 from tuned.evaluation.shapes import derive_shapes
 from tuned.evaluation.spawn import spawn_child, worker_environment
 from tuned.evaluation.static import candidate_check
-from tuned.outcomes import Candidate, EvalResult, Outcome
+from tuned.outcomes import Candidate, EvalResult, Outcome, Provenance
 from tuned.registry.spec import KernelSpec
 
 __all__ = ["EvaluationSettings", "WorkerClient", "spawn_child", "worker_environment"]
@@ -73,6 +73,15 @@ GPU_SPARES = 4
 #: the H100 equal shares of a tenth left layer_norm's cases mostly spilled: 2.2 s a candidate).
 CASE_CACHE_DEVICE_SHARE = 0.5
 SPARES_CACHE_SHARE = 0.2
+
+#: A candidate's compile, correctness and benchmark phases may take at most this many times
+#: what the same phase took its kernel's original in this client, and never less than
+#: :data:`RELATIVE_FLOOR_S` (nor more than the settings' deadline). On the H200 a knob
+#: variant of Liger's RMSNorm backward (a 16 x 32768 tile at 8 warps) kept ptxas busy in its
+#: runner for over 190 s of its correctness phase, whose deadline is 300 s, while the
+#: original's took 5 s: the campaign made no evaluation in that time.
+RELATIVE_DEADLINE = 10.0
+RELATIVE_FLOOR_S = 60.0
 
 #: A prepare request larger than this is not sent: a spare reads it only once started, and a
 #: write larger than the pipe's buffer would block until then.
@@ -129,6 +138,9 @@ class WorkerClient:
         #: :meth:`evaluate`), and the kernel of the latest request.
         self.alone: set[str] = set()
         self._kernel: str | None = None
+        #: Per kernel, the phase seconds of its original's latest successful evaluation here:
+        #: what bounds its other candidates' phases (:data:`RELATIVE_DEADLINE`).
+        self.original_phases: dict[str, dict[str, float]] = {}
 
     # -- lifecycle
 
@@ -399,6 +411,8 @@ class WorkerClient:
         if name in self.alone:
             self._stop_spares()
         result = self._evaluate(spec, candidate, incumbent, derived_skip, lenient_derived)
+        if candidate.provenance is Provenance.ORIGINAL and result.outcome is Outcome.OK:
+            self.original_phases[name] = dict(result.phase_seconds)
         if not self._spares or not _out_of_memory(result):
             return result
         # The worker gave its own cached cases back and tried again already; what is left
@@ -482,27 +496,48 @@ class WorkerClient:
             os.write(child.to_worker, (json.dumps(request) + "\n").encode())
         except BrokenPipeError:
             return self._crashed("load", time.monotonic())
-        return self._await_result(child, request_id)
+        original = None if candidate.provenance is Provenance.ORIGINAL else name
+        return self._await_result(child, request_id, original)
 
-    def _await_result(self, child: _Child, request_id: int) -> EvalResult:
+    def deadline(self, phase: str, kernel: str | None = None) -> tuple[float, str]:
+        """Seconds ``phase`` may take for a candidate of ``kernel`` (``None``: an original),
+        and how that was set, for the reason of a timeout."""
+        limit = self.settings.deadline(phase)
+        took = self.original_phases.get(kernel, {}).get(phase) if kernel else None
+        if took is None or phase == "load":
+            return limit, "its"
+        relative = max(RELATIVE_FLOOR_S, RELATIVE_DEADLINE * took)
+        if relative >= limit:
+            return limit, "its"
+        return relative, (
+            f"the original's {took:.1f} s x {RELATIVE_DEADLINE:g} (at least "
+            f"{RELATIVE_FLOOR_S:g} s), its"
+        )
+
+    def _await_result(
+        self, child: _Child, request_id: int, kernel: str | None = None
+    ) -> EvalResult:
         """Read the worker's answer to request ``request_id`` under one hard deadline.
 
         ``phase`` messages name the phase (the reason of a timeout) and give it its own,
         shorter deadline, once and only forward, never past the candidate's hard deadline
-        (:attr:`EvaluationSettings.candidate_deadline`). Anything else than a well-formed
+        (:attr:`EvaluationSettings.candidate_deadline`); for a candidate of ``kernel`` that is
+        not its original, no longer than :data:`RELATIVE_DEADLINE` times the original's
+        (:meth:`deadline`). Anything else than a well-formed
         ``phase`` or a ``result`` for this request (a line that is not JSON, an unknown
         message, a result of another request) ends the worker: a crash of this candidate,
         and the next request runs in a fresh worker (docs/security.md, "The channel")."""
         started = time.monotonic()
         hard = started + self.settings.candidate_deadline
-        phase, phase_end, seen = "load", started + self.settings.deadline("load"), {"load"}
+        phase, phase_end, seen = "load", started + self.deadline("load")[0], {"load"}
         while True:
             now = time.monotonic()
             line = child.reader.read_line(max(min(phase_end, hard) - now, 0.0))
             if line is None:
                 self._stop_current()
                 if phase_end < hard:
-                    limit, what = self.settings.deadline(phase), f"{phase} exceeded its"
+                    limit, how = self.deadline(phase, kernel)
+                    what = f"{phase} exceeded {how}"
                 else:
                     limit, what = self.settings.candidate_deadline, "the candidate exceeded its"
                 return EvalResult(
@@ -519,7 +554,7 @@ class WorkerClient:
                 if announced in PHASES and announced not in seen:
                     if PHASES.index(announced) > PHASES.index(phase):
                         phase = str(announced)
-                        phase_end = time.monotonic() + self.settings.deadline(phase)
+                        phase_end = time.monotonic() + self.deadline(phase, kernel)[0]
                     seen.add(str(announced))
                 continue
             if message is not None and message.get("type") == "result":
