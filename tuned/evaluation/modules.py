@@ -26,6 +26,7 @@ from typing import IO, Any
 from tuned.evaluation.channel import LineReader, parse_message
 from tuned.evaluation.checks import CaseFailure
 from tuned.evaluation.guard import Guard
+from tuned.registry.private_ops import private_ops
 
 __all__ = [
     "Channel",
@@ -148,7 +149,9 @@ class ModuleLoader:
         package: str = "",
     ) -> ModuleType:
         """``source`` imported as ``ktuned_candidate_<hash>``, or inside ``package`` (a copy of
-        an installed package's module: its imports resolve as the original's do)."""
+        an installed package's module: its imports resolve as the original's do). Operators
+        it defines that are already registered (by the original, or by an earlier copy) are
+        registered under a private namespace (:func:`private_ops`)."""
         digest = hashlib.sha256(source.encode()).hexdigest()[:16]
         key = f"{directory_key}:{package}:{digest}"
         directory = self.root / f"entry_{directory_key}"
@@ -162,7 +165,7 @@ class ModuleLoader:
             path.write_text(text, encoding="utf-8")
         name = f"ktuned_candidate_{digest}"
         path = directory / f"{name}.py"
-        path.write_text(source, encoding="utf-8")
+        path.write_text(private_ops(source), encoding="utf-8")
         if package:
             importlib.import_module(package)  # the installed package, as its module would be
             name = f"{package}.{name}"

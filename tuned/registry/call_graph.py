@@ -2,9 +2,11 @@
 
 Knob discovery (:mod:`tuned.registry.discovery`) looks for launches in the launcher and in the
 module's functions it calls, :data:`CALL_DEPTH` deep, following ``Fn.apply(...)`` into an
-autograd Function of the module and ``Cls.method(...)`` into a static or class method of
-one of its classes; when it finds none, it names the imported functions the
-launcher calls (where the kernels then live). Nothing is executed: syntax trees only.
+autograd Function of the module, ``Cls.method(...)`` into a static or class method of one of
+its classes and ``torch.ops.ns.name(...)`` into the function the module registers as that
+operator's implementation (``lib.impl("name", fn)``, ``@torch.library.impl``); when it finds
+none, it names the imported functions the launcher calls (where the kernels then live).
+Nothing is executed: syntax trees only.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import ast
 from collections.abc import Container, Mapping, Sequence
 
 from tuned.registry.kernel_sources import launcher_functions, module_statements
+from tuned.registry.private_ops import op_implementations, op_reference
 
 __all__ = ["CALL_DEPTH", "imported_callees", "reachable"]
 
@@ -33,6 +36,7 @@ def reachable(
     """The launchers, and the module's non-kernel functions they call (breadth first);
     ``Fn.apply(...)`` leads into ``Fn``'s ``forward`` (and ``backward`` when ``backward``),
     ``Cls.method(...)`` into that method of the module's class ``Cls``."""
+    implementations = op_implementations(tree) if tree is not None else {}
     seen: list[ast.FunctionDef] = list(launchers)
     frontier = list(launchers)
     for _ in range(CALL_DEPTH):
@@ -54,6 +58,10 @@ def reachable(
                     callees = launcher_functions(
                         tree, f"{node.func.value.id}.{node.func.attr}", backward=backward
                     )
+                elif (op := op_reference(node.func)) in implementations:
+                    # `torch.ops.ns.name(...)` of an operator the module implements
+                    found = functions.get(implementations[op]) if op is not None else None
+                    callees = [] if found is None else [found]
                 for callee in callees:
                     if callee.name not in kernels and all(callee is not s for s in seen):
                         seen.append(callee)

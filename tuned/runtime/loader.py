@@ -33,6 +33,7 @@ from typing import Any
 from tuned.errors import StoreError, TunedError
 from tuned.paths import resolve_store_path
 from tuned.registry.injection import materialize
+from tuned.registry.private_ops import private_ops
 from tuned.runtime.plan import Plan, plan_for
 from tuned.runtime.shapes import DEFAULT_SHAPE_SETTINGS, ShapeSettings
 from tuned.runtime.standalone import (
@@ -273,6 +274,7 @@ def _import_stored(
         got = "missing" if text is None else f"SHA-256 {sha256_text(text)[:16]}..."
         raise TamperedSourceError(f"stored source {source_hash[:16]}... is {got}")
     text, rest = materialize(text, plan.launcher, knobs, sources=extra)
+    text = private_ops(text, always=True)  # the user's module keeps its operators' names
     source_hash = sha256_text(text)
     # Names of files and modules derive from stored text: reduced to [0-9a-zA-Z_] so that
     # none can leave the private directory (a generation "/../../x" would).
