@@ -293,3 +293,75 @@ def test_an_autotuned_original_the_interpreter_cannot_run_says_so(
         pytest.skip("this Triton's interpreter runs an autotuner's several configs")
     assert "Triton's interpreter cannot run an autotuner with several configs" in out, out
     assert "fix the entry" not in out
+
+
+BUILT_BY_HELPER = '''
+def _configs():
+    """Built in loops, as torchao's mx_formats kernels do."""
+    results = []
+    for BLOCK in (128, 256):
+        for num_warps in (2, 4):
+            config = triton.Config({"BLOCK": BLOCK}, num_warps=num_warps, num_stages=1)
+            results.append(config)
+    return results
+
+
+SMALL = [triton.Config({"BLOCK": b}, num_warps=w) for b in [32, 64] for w in [1, 2]]
+
+
+'''
+
+
+def _space(module: ModuleType) -> set[tuple[object, ...]]:
+    """The configurations of the imported module's Autotuner: the ground truth."""
+    return {
+        (c.kwargs["BLOCK"], c.num_warps, c.num_stages or 3)  # None: Triton's default
+        for c in module._scale.configs
+    }
+
+
+def test_configs_built_by_a_helper_in_loops_or_added_lists(tmp_path: Path) -> None:
+    """``configs=_configs()`` (a function appending Configs in for loops, inside an ``if``
+    block) and ``SMALL + _configs()``: the note named an AST node type ("BinOp")."""
+    configs = """[
+        triton.Config({"BLOCK": 128}, num_warps=4),
+        triton.Config({"BLOCK": 512}, num_warps=8, num_stages=2),
+    ]"""
+    guarded = textwrap.indent(BUILT_BY_HELPER, "    ")
+    for n, expr in enumerate(["_configs()", "SMALL + _configs()"]):
+        source = AUTOTUNED.replace(configs, expr).replace(
+            "@triton.autotune(", f"if torch.__version__:\n{guarded}\n@triton.autotune(", 1
+        )
+        found = discover_source(source, "run")
+        assert found is not None and not found.notices, found.notices
+        space = found.sites["BLOCK"][0].autotune
+        assert space is not None
+        truth = _space(_import(tmp_path, source, f"ktuned_autotune_built_{n}"))
+        assert {(c["BLOCK"], c["num_warps"], c["num_stages"]) for c in space.configs} == truth
+        assert set(found.knobs["BLOCK"]) >= {b for b, _, _ in truth}
+        variant, _ = materialize(source, "run", {"BLOCK": 256, "num_warps": 2, "num_stages": 1})
+        assert "configs=[triton.Config({'BLOCK': 256}, num_warps=2, num_stages=1)]," in variant
+        copy = _import(tmp_path, variant, f"ktuned_autotune_built_pinned_{n}")
+        assert _space(copy) == {(256, 2, 1)}
+        x = torch.randn(1000)
+        torch.testing.assert_close(copy.run(x), x * 3)
+
+
+def test_configs_discovery_cannot_read_get_a_note_that_says_where_and_what_to_do() -> None:
+    configs = """[
+        triton.Config({"BLOCK": 128}, num_warps=4),
+        triton.Config({"BLOCK": 512}, num_warps=8, num_stages=2),
+    ]"""
+    helper = BUILT_BY_HELPER.replace(
+        "            results.append(config)",
+        "            if BLOCK * num_warps <= 512:\n                results.append(config)",
+    )
+    source = AUTOTUNED.replace(configs, "_configs()").replace(
+        "@triton.autotune(", f"{helper}\n@triton.autotune(", 1
+    )
+    found = discover_source(source, "run")
+    assert found is not None and "BLOCK" not in found.knobs
+    (note,) = [n.reason for n in found.notices]
+    assert "could not be read without running the module" in note, note
+    assert "stopped at line 14, in _configs(): `if BLOCK * num_warps <= 512:`" in note, note
+    assert "declare knobs in kernel.yaml (each Config key, num_warps and num_stages" in note

@@ -1,14 +1,16 @@
 """Knobs of ``@triton.autotune`` and ``@triton.heuristics`` kernels, read from the decorators.
 
 **Autotune.** The space is the autotuner's own configurations, read from a literal
-``configs=[triton.Config({...}, num_warps=..., num_stages=...), ...]`` (or a list
-comprehension over literal lists): one knob per key of the configs' dicts, plus ``num_warps``
-and ``num_stages``. Each knob's values are the configs' values, their neighbours and the rest
-of the ladder between them (:func:`autotune_values`). A candidate pins one configuration: the
-decorator's ``configs`` becomes a list of that single ``Config`` (Triton's autotuner runs a
-single configuration without benchmarking), every other argument of the decorator (``key``,
-``prune_configs_by``, hooks) is kept. The baseline is :data:`AUTO`: the source unchanged, so
-the autotuner's own pick is what candidates are measured against.
+``configs=[triton.Config({...}, num_warps=..., num_stages=...), ...]``, a list comprehension
+over literal lists, a module-level list, ``A + B`` of those, or a helper function that appends
+Configs in ``for`` loops over literals (``results.append(triton.Config(...))``); anything else
+gets a note naming the statement discovery stopped at. One knob per key of the configs' dicts,
+plus ``num_warps`` and ``num_stages``. Each knob's values are the configs' values, their
+neighbours and the rest of the ladder between them (:func:`autotune_values`). A candidate pins
+one configuration: the decorator's ``configs`` becomes a list of that single ``Config``
+(Triton's autotuner runs a single configuration without benchmarking), every other argument of
+the decorator (``key``, ``prune_configs_by``, hooks) is kept. The baseline is :data:`AUTO`: the
+source unchanged, so the autotuner's own pick is what candidates are measured against.
 
 **Heuristics.** A ``@triton.heuristics({"BLOCK": lambda args: ...})`` value whose key is a
 block size (or ``num_warps``) of the kernel is a knob whose values scale the heuristic's own
@@ -63,7 +65,7 @@ def _eval(node: ast.expr, env: dict[str, object]) -> object:
     if isinstance(node, ast.Name):
         if node.id in env:
             return env[node.id]
-        raise _Unreadable(node.id)
+        raise _Unreadable(f"the name `{node.id}`")
     if (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Name)
@@ -74,7 +76,7 @@ def _eval(node: ast.expr, env: dict[str, object]) -> object:
         ints = [a for a in args if isinstance(a, int)]
         if len(ints) == len(args) and 1 <= len(ints) <= 3:
             return list(range(*ints))
-        raise _Unreadable("range")
+        raise _Unreadable(f"`{ast.unparse(node)[:60]}`")
     if isinstance(node, (ast.List, ast.Tuple)):
         return [_eval(e, env) for e in node.elts]
     if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Add, ast.Pow)):
@@ -83,11 +85,11 @@ def _eval(node: ast.expr, env: dict[str, object]) -> object:
             if isinstance(node.op, ast.Mult):
                 return left * right
             return left + right if isinstance(node.op, ast.Add) else left**right
-        raise _Unreadable("arithmetic")
+        raise _Unreadable(f"`{ast.unparse(node)[:60]}`")
     try:
         return ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError) as exc:
-        raise _Unreadable(ast.unparse(node)[:40]) from exc
+        raise _Unreadable(f"`{ast.unparse(node)[:60]}`") from exc
 
 
 def _bind(target: ast.expr, value: object, env: dict[str, object]) -> None:
@@ -95,25 +97,25 @@ def _bind(target: ast.expr, value: object, env: dict[str, object]) -> None:
         env[target.id] = value
     elif isinstance(target, ast.Tuple) and isinstance(value, (list, tuple)):
         if len(value) != len(target.elts):
-            raise _Unreadable("unpacking")
+            raise _Unreadable(f"unpacking into `{ast.unparse(target)}`")
         for t, v in zip(target.elts, value, strict=True):
             _bind(t, v, env)
     else:
-        raise _Unreadable("target")
+        raise _Unreadable(f"the loop target `{ast.unparse(target)[:60]}`")
 
 
 def _config(call: ast.expr, env: dict[str, object]) -> tuple[str, dict[str, KnobValue]]:
     if not (isinstance(call, ast.Call) and ast.unparse(call.func).endswith("Config")):
-        raise _Unreadable("not a Config")
+        raise _Unreadable(f"`{ast.unparse(call)[:60]}` is not a triton.Config(...) call")
     if not call.args or not isinstance(call.args[0], ast.Dict):
-        raise _Unreadable("Config without a literal dict")
+        raise _Unreadable(f"`{ast.unparse(call)[:60]}` has no literal dict of values")
     config: dict[str, KnobValue] = {}
     for k, v in zip(call.args[0].keys, call.args[0].values, strict=True):
         if not (isinstance(k, ast.Constant) and isinstance(k.value, str)):
-            raise _Unreadable("a non-string key")
+            raise _Unreadable("a Config key that is not a string literal")
         value = _eval(v, env)
         if not isinstance(value, (int, float, str, bool)):
-            raise _Unreadable("a non-scalar value")
+            raise _Unreadable(f"the Config value `{ast.unparse(v)[:60]}`")
         config[k.value] = value
     for kw in call.keywords:
         if kw.arg not in _OPTIONS and set(env) & {
@@ -123,50 +125,155 @@ def _config(call: ast.expr, env: dict[str, object]) -> tuple[str, dict[str, Knob
         if kw.arg in _OPTIONS:
             value = _eval(kw.value, env)
             if not isinstance(value, int):
-                raise _Unreadable(kw.arg)
+                raise _Unreadable(f"{kw.arg}={ast.unparse(kw.value)[:60]}")
             config[kw.arg] = value
     for option, default in CONFIG_DEFAULTS.items():
         config.setdefault(option, default)
     return ast.unparse(call.func), config
 
 
-def _configs(node: ast.expr) -> tuple[str, list[dict[str, KnobValue]]]:
-    if isinstance(node, (ast.List, ast.Tuple)):
-        pairs = [_config(e, {}) for e in node.elts]
-    elif isinstance(node, ast.ListComp):
-        envs: list[dict[str, object]] = [{}]
-        for gen in node.generators:
-            if gen.is_async:
-                raise _Unreadable("async")
-            grown: list[dict[str, object]] = []
-            for env in envs:
-                items = _eval(gen.iter, env)
+_Pair = tuple[ast.expr, dict[str, object]]  # a Config call and the names bound around it
+
+
+def _expanded(node: ast.ListComp, env: dict[str, object]) -> list[_Pair]:
+    envs: list[dict[str, object]] = [env]
+    for gen in node.generators:
+        if gen.is_async:
+            raise _Unreadable("an async comprehension")
+        grown: list[dict[str, object]] = []
+        for outer in envs:
+            items = _eval(gen.iter, outer)
+            if not isinstance(items, list):
+                raise _Unreadable(f"`{ast.unparse(gen.iter)[:60]}` is not a literal list")
+            for item in items:
+                inner = dict(outer)
+                _bind(gen.target, item, inner)
+                if gen.ifs:
+                    raise _Unreadable(f"the filter `if {ast.unparse(gen.ifs[0])[:60]}`")
+                grown.append(inner)
+        envs = grown
+        if len(envs) > _MAX_CONFIGS:
+            raise _Unreadable("too many configurations")
+    return [(node.elt, e) for e in envs]
+
+
+def _built(fn: ast.FunctionDef, module: ast.Module | None) -> list[_Pair]:
+    """The configurations a helper builds with loops: ``out = []``, ``for X in (...):``
+    (nested), ``cfg = triton.Config(...)``, ``out.append(cfg)``, ``return out``."""
+    lists: dict[str, list[_Pair]] = {}
+    made: dict[str, _Pair] = {}
+
+    def run(body: list[ast.stmt], env: dict[str, object]) -> list[_Pair] | None:
+        for stmt in body:
+            if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
+                continue  # a docstring
+            if (
+                isinstance(stmt, ast.Assign)
+                and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Name)
+            ):
+                name, value = stmt.targets[0].id, stmt.value
+                if _is_config(value):
+                    made[name] = (value, dict(env))
+                elif isinstance(value, ast.List) and not value.elts:
+                    lists[name] = []
+                else:
+                    env[name] = _eval(value, env)
+            elif isinstance(stmt, ast.For) and not stmt.orelse:
+                items = _eval(stmt.iter, env)
                 if not isinstance(items, list):
-                    raise _Unreadable("iterable")
+                    raise _Unreadable(f"`{ast.unparse(stmt.iter)[:60]}` is not a literal list")
                 for item in items:
                     inner = dict(env)
-                    _bind(gen.target, item, inner)
-                    if gen.ifs:
-                        raise _Unreadable("a filtered comprehension")
-                    grown.append(inner)
-            envs = grown
-            if len(envs) > _MAX_CONFIGS:
-                raise _Unreadable("too many configurations")
-        pairs = [_config(node.elt, env) for env in envs]
-    else:
-        raise _Unreadable(type(node).__name__)
+                    _bind(stmt.target, item, inner)
+                    if (done := run(stmt.body, inner)) is not None:
+                        return done
+                    if sum(len(v) for v in lists.values()) > _MAX_CONFIGS:
+                        raise _Unreadable("too many configurations")
+            elif (
+                isinstance(stmt, ast.Expr)
+                and isinstance(call := stmt.value, ast.Call)
+                and isinstance(call.func, ast.Attribute)
+                and call.func.attr == "append"
+                and isinstance(call.func.value, ast.Name)
+                and call.func.value.id in lists
+                and len(call.args) == 1
+            ):
+                arg = call.args[0]
+                if isinstance(arg, ast.Name) and arg.id in made:
+                    lists[call.func.value.id].append(made[arg.id])
+                elif _is_config(arg):
+                    lists[call.func.value.id].append((arg, dict(env)))
+                else:
+                    raise _Unreadable(f"line {stmt.lineno}: `{ast.unparse(stmt)[:60]}`")
+            elif isinstance(stmt, ast.Return) and stmt.value is not None:
+                if isinstance(stmt.value, ast.Name) and stmt.value.id in lists:
+                    return lists[stmt.value.id]
+                return _pairs(stmt.value, module, env)
+            else:
+                first = ast.unparse(stmt).splitlines()[0][:60]
+                raise _Unreadable(f"line {stmt.lineno}, in {fn.name}(): `{first}`")
+        return None
+
+    found = run(fn.body, {})
+    if found is None:
+        raise _Unreadable(f"{fn.name}() returns no list discovery can follow")
+    return found
+
+
+def _is_config(node: ast.expr) -> bool:
+    return isinstance(node, ast.Call) and ast.unparse(node.func).endswith("Config")
+
+
+def _pairs(node: ast.expr, module: ast.Module | None, env: dict[str, object]) -> list[_Pair]:
+    node = _resolved(node, module)
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [(e, env) for e in node.elts]
+    if isinstance(node, ast.ListComp):
+        return _expanded(node, env)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):  # CONFIGS_A + CONFIGS_B
+        return _pairs(node.left, module, env) + _pairs(node.right, module, env)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.args:
+        fn = _function(node.func.id, module)
+        if fn is not None:
+            return _built(fn, module)
+    raise _Unreadable(f"`{ast.unparse(node)[:60]}`")
+
+
+def _configs(
+    node: ast.expr, module: ast.Module | None
+) -> tuple[str, list[dict[str, KnobValue]], str]:
+    """(how the source spells Config, the configurations, the first one's other keywords)."""
+    pairs = _pairs(node, module, {})
     if not pairs:
         raise _Unreadable("no configuration")
-    return pairs[0][0], [c for _, c in pairs]
-
-
-def _extra(node: ast.expr) -> str:
-    """The first Config's keyword arguments other than num_warps / num_stages, as source."""
-    first = node.elt if isinstance(node, ast.ListComp) else None
-    if isinstance(node, (ast.List, ast.Tuple)):
-        first = node.elts[0]
+    configs = [_config(call, env) for call, env in pairs]
+    first = pairs[0][0]
     assert isinstance(first, ast.Call)
-    return "".join(f", {ast.unparse(kw)}" for kw in first.keywords if kw.arg not in _OPTIONS)
+    extra = "".join(f", {ast.unparse(kw)}" for kw in first.keywords if kw.arg not in _OPTIONS)
+    return configs[0][0], [c for _, c in configs], extra
+
+
+def _statements(module: ast.Module) -> list[ast.stmt]:
+    """Top-level statements, also those inside top-level ``if``/``try``/``with`` blocks."""
+    out: list[ast.stmt] = []
+    todo: list[ast.stmt] = list(reversed(module.body))
+    while todo:
+        stmt = todo.pop()
+        out.append(stmt)
+        if isinstance(stmt, (ast.If, ast.Try, ast.With)):
+            inner: list[ast.stmt] = [*stmt.body, *getattr(stmt, "orelse", [])]
+            if isinstance(stmt, ast.Try):
+                inner += [s for h in stmt.handlers for s in h.body] + stmt.finalbody
+            todo.extend(reversed(inner))
+    return out
+
+
+def _function(name: str, module: ast.Module | None) -> ast.FunctionDef | None:
+    if module is None:
+        return None
+    defs = [s for s in _statements(module) if isinstance(s, ast.FunctionDef) and s.name == name]
+    return defs[-1] if defs else None
 
 
 def _resolved(node: ast.expr, module: ast.Module | None) -> ast.expr:
@@ -179,7 +286,7 @@ def _resolved(node: ast.expr, module: ast.Module | None) -> ast.expr:
         if isinstance(node, ast.Name):
             bound = [
                 s.value
-                for s in module.body
+                for s in _statements(module)
                 if isinstance(s, ast.Assign)
                 and any(isinstance(t, ast.Name) and t.id == node.id for t in s.targets)
             ]
@@ -187,9 +294,8 @@ def _resolved(node: ast.expr, module: ast.Module | None) -> ast.expr:
                 return node
             node = bound[-1]
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.args:
-            name = node.func.id
-            defs = [s for s in module.body if isinstance(s, ast.FunctionDef) and s.name == name]
-            body = defs[-1].body if defs else []
+            fn = _function(node.func.id, module)
+            body = fn.body if fn is not None else []
             if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
                 body = body[1:]  # a docstring
             if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
@@ -212,11 +318,13 @@ def autotune_space(
     if node is None:
         return "its @triton.autotune has no configs"
     try:
-        func, configs = _configs(_resolved(node, module))
+        func, configs, extra = _configs(node, module)
     except _Unreadable as exc:
         return (
-            f"its @triton.autotune configs are not a literal list of triton.Config "
-            f"(or a comprehension over literal lists): {exc}"
+            f"its @triton.autotune configs could not be read without running the module "
+            f"(discovery reads a list of triton.Config, a comprehension over literal lists, a "
+            f"module-level list, list + list, or a function that appends Configs in for "
+            f"loops over literals); it stopped at {exc}"
         )
     keys = list(dict.fromkeys(k for c in configs for k in c if k not in _OPTIONS))
     missing = [k for k in keys if any(k not in c for c in configs)]
@@ -226,7 +334,7 @@ def autotune_space(
         kernel=kernel,
         configs_node=node,
         config_func=func,
-        extra=_extra(_resolved(node, module)),
+        extra=extra,
         keys=(*keys, *_OPTIONS),
         configs=tuple(configs),
     )

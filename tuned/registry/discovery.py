@@ -387,7 +387,11 @@ class _Finder:
                 "the imported kernel would lose"
             )
         if isinstance(space, str):
-            self.note(call, f"{kernel.name}: {space}; declare knobs in kernel.yaml")
+            self.note(
+                call,
+                f"{kernel.name}: {space}; declare knobs in kernel.yaml (each Config key, "
+                "num_warps and num_stages, with the values to try)",
+            )
             return
         use = self.use(key, kernel.name, "autotune", kernel.name)
         use.nodes = [(call if kernel.foreign else space.configs_node, False)]
