@@ -156,3 +156,46 @@ def test_a_runner_gives_back_what_its_allocator_holds_unused_past_a_gibibyte(
     held["reserved"] = 10 << 30
     runner.release_unused()
     assert emptied == [1]  # the interpreter's tensors are host memory
+
+
+def test_a_runner_keeps_the_cuda_graphs_of_the_current_case_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each CUDA graph holds its own memory pool: a slot kept every case's graphs through a
+    request (83-106 GiB in a runner of Liger's cross entropy forward and backward on the H200).
+    Now a new case drops the previous case's graphs, and a case keeps at most four, the least
+    recently replayed dropped first."""
+    import contextlib
+
+    from tuned.evaluation import runner as runner_module
+
+    captured: list[int] = []
+
+    class FakeGraph:
+        def replay(self) -> None:
+            pass
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
+    monkeypatch.setattr(torch.cuda, "graph", lambda g: contextlib.nullcontext())
+    runner = Runner.__new__(Runner)
+    slot = runner_module.Slot(launcher=None, knobs={}, module="m")  # type: ignore[arg-type]
+
+    def fn(*args: Any) -> int:
+        captured.append(1)
+        return len(captured)
+
+    sets = [[1], [2]]
+    for reps in (1, 2, 4, 8, 16):  # a calibration on the first set, then the timed length
+        runner._graph_reps(slot, fn, sets[0], reps, "M=1")
+    runner._graph_reps(slot, fn, sets[1], 16, "M=1")
+    assert len(slot.graphs) == 4
+    assert f"{id(sets[0])}:16" in slot.graphs and f"{id(sets[1])}:16" in slot.graphs
+    assert f"{id(sets[0])}:1" not in slot.graphs  # the oldest calibration went
+    before = len(captured)
+    for _ in range(3):  # the timed rounds replay, never capture again
+        for inputs in sets:
+            _, replayed, was_captured = runner._graph_reps(slot, fn, inputs, 16, "M=1")
+            assert replayed and not was_captured
+    assert len(captured) == before
+    runner._graph_reps(slot, fn, sets[0], 16, "M=2")  # the next case
+    assert list(slot.graphs) == [f"{id(sets[0])}:16"] and slot.graph_case == "M=2"
