@@ -24,6 +24,7 @@ import ast
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from tuned.registry.kernel_sources import module_statements
 from tuned.registry.spec import KnobValue
 
 __all__ = [
@@ -254,25 +255,12 @@ def _configs(
     return configs[0][0], [c for _, c in configs], extra
 
 
-def _statements(module: ast.Module) -> list[ast.stmt]:
-    """Top-level statements, also those inside top-level ``if``/``try``/``with`` blocks."""
-    out: list[ast.stmt] = []
-    todo: list[ast.stmt] = list(reversed(module.body))
-    while todo:
-        stmt = todo.pop()
-        out.append(stmt)
-        if isinstance(stmt, (ast.If, ast.Try, ast.With)):
-            inner: list[ast.stmt] = [*stmt.body, *getattr(stmt, "orelse", [])]
-            if isinstance(stmt, ast.Try):
-                inner += [s for h in stmt.handlers for s in h.body] + stmt.finalbody
-            todo.extend(reversed(inner))
-    return out
-
-
 def _function(name: str, module: ast.Module | None) -> ast.FunctionDef | None:
     if module is None:
         return None
-    defs = [s for s in _statements(module) if isinstance(s, ast.FunctionDef) and s.name == name]
+    defs = [
+        s for s in module_statements(module) if isinstance(s, ast.FunctionDef) and s.name == name
+    ]
     return defs[-1] if defs else None
 
 
@@ -286,7 +274,7 @@ def _resolved(node: ast.expr, module: ast.Module | None) -> ast.expr:
         if isinstance(node, ast.Name):
             bound = [
                 s.value
-                for s in _statements(module)
+                for s in module_statements(module)
                 if isinstance(s, ast.Assign)
                 and any(isinstance(t, ast.Name) and t.id == node.id for t in s.targets)
             ]
