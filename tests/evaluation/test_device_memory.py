@@ -137,24 +137,22 @@ def test_a_runner_gives_back_what_its_allocator_holds_unused_past_a_gibibyte(
 ) -> None:
     """On the H200 a runner of Liger's cross entropy forward and backward held 90.7 GiB through
     one request's cases and the judge ran out of memory for 7.8 GiB: after each call a runner
-    on a GPU now empties PyTorch's cache once more than ``UNUSED_BYTES`` of it is unused."""
-    from tuned.evaluation import runner as runner_module
+    on a GPU now empties PyTorch's cache once more than ``UNUSED_BYTES`` of it is unused
+    (:func:`tuned.evaluation.modules.release_unused`, the judge's too)."""
+    from tuned.evaluation import modules
 
     emptied: list[int] = []
     held = {"reserved": 3 << 30, "allocated": 1 << 30}
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda *a: held["reserved"])
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *a: held["allocated"])
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(1))
-    runner = runner_module.Runner.__new__(runner_module.Runner)
-    runner.device = "cuda"
-    runner.release_unused()
+    modules.release_unused("cuda")
     assert emptied == [1]  # 2 GiB unused
-    held["reserved"] = held["allocated"] + runner_module.UNUSED_BYTES
-    runner.release_unused()
+    held["reserved"] = held["allocated"] + modules.UNUSED_BYTES
+    modules.release_unused("cuda")
     assert emptied == [1]  # at the limit: kept (the next call reuses it)
-    runner.device = "cpu"
     held["reserved"] = 10 << 30
-    runner.release_unused()
+    modules.release_unused("cpu")
     assert emptied == [1]  # the interpreter's tensors are host memory
 
 

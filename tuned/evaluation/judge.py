@@ -48,7 +48,7 @@ from tuned.evaluation.checks import (
 )
 from tuned.evaluation.gpu_turn import GpuTurn
 from tuned.evaluation.invoke import entry_call, resolve
-from tuned.evaluation.modules import ModuleLoader, entry_key, inputs_module
+from tuned.evaluation.modules import ModuleLoader, entry_key, inputs_module, release_unused
 from tuned.evaluation.runners import RunnerPool, RunnerProcess
 from tuned.evaluation.settings import EvaluationSettings
 from tuned.evaluation.shm import dtype_name, plan
@@ -62,9 +62,6 @@ INTERPRETER_TIMING_SIZE = 1 << 16
 #: holds it) before it goes ahead without it (tuned.evaluation.gpu_turn); the benchmark phase
 #: waits ``EvaluationSettings.turn_wait_s``.
 SPARE_TURN_WAIT_S = 120.0
-#: What the judge's allocator may keep cached unused after making a case (see
-#: :meth:`Evaluation.release_unused`).
-UNUSED_BYTES = 1 << 30
 _OUTCOMES = frozenset(
     {"cheat", "incorrect", "nan", "runtime_error", "compile_error", "crash", "rejected_static"}
 )
@@ -223,17 +220,8 @@ class Evaluation:
         return self.cache.reference(self.case_key(case), "atol", compute), rtol
 
     def release_unused(self) -> None:
-        """Give back what PyTorch's allocator holds unused in this process once it passes
-        :data:`UNUSED_BYTES`: a reference (PyTorch eager, often in float32 with its
-        intermediates: a cross entropy over 8192 x 128256 logits) leaves gigabytes cached here
-        that the runner, another process on the same GPU, cannot have (on the H100 a runner
-        ran out of memory for 2 GiB while another process, the judge or a spare, held 66 GiB)."""
-        if self.device != "cuda":
-            return
-        import torch
-
-        if torch.cuda.memory_reserved() - torch.cuda.memory_allocated() > UNUSED_BYTES:
-            torch.cuda.empty_cache()
+        """After making a case's inputs or reference outputs: :func:`release_unused`."""
+        release_unused(self.device)
 
     def enter(self, phase: str) -> None:
         now = time.monotonic()

@@ -107,10 +107,32 @@ def refuse_tracing() -> bool:
 def dump_stacks_on_signal() -> None:
     """SIGUSR2 prints every thread's Python stack to this process's stderr log (and, in the
     zygote, to each runner's it forks): how an operator sees where a worker that makes no
-    progress waits (``pkill -USR2 -f tuned.evaluation``; docs/runbook.md). On the H200 a tune
+    progress waits (docs/runbook.md, "KtunedNoProgress", says to which processes to send it).
+    On the H200 a tune
     sat 190 s with no evaluation and no phase over its timeout, and nothing said where."""
     with contextlib.suppress(AttributeError, ValueError, OSError):  # no SIGUSR2, no stderr fd
         faulthandler.register(signal.SIGUSR2, all_threads=True)
+
+
+#: What PyTorch's allocator may keep cached unused in the judge or a runner (see
+#: :func:`release_unused`).
+UNUSED_BYTES = 1 << 30
+
+
+def release_unused(device: str) -> None:
+    """Give back what PyTorch's allocator holds unused in this process once it passes
+    :data:`UNUSED_BYTES`: the judge, the spares and their runners share one GPU. A reference
+    (PyTorch eager, in float32 with its intermediates: a cross entropy over 8192 x 128256
+    logits) leaves gigabytes cached in the judge (on the H100 a runner ran out of memory for
+    2 GiB while another process held 66 GiB); a runner's calls likewise (on the H200 a runner
+    of Liger's cross entropy forward and backward held 90.7 GiB, and the judge ran out of
+    memory for 7.8 GiB)."""
+    if device != "cuda":
+        return
+    import torch
+
+    if torch.cuda.memory_reserved() - torch.cuda.memory_allocated() > UNUSED_BYTES:
+        torch.cuda.empty_cache()
 
 
 def limit_resources() -> None:

@@ -37,14 +37,16 @@ from typing import Any
 from tuned.evaluation.checks import CaseFailure, as_tuple, classify_exception, short
 from tuned.evaluation.guard import Guard, TimerSnapshot
 from tuned.evaluation.invoke import EntryCall, entry_call, kernel_modules
-from tuned.evaluation.modules import Channel, ModuleLoader, import_candidate, limit_resources
+from tuned.evaluation.modules import (
+    Channel,
+    ModuleLoader,
+    import_candidate,
+    limit_resources,
+    release_unused,
+)
 from tuned.evaluation.shm import MappedArena, dtype_name
 
 __all__ = ["main", "plain_problem"]
-
-#: What a runner's allocator may keep cached unused between calls (:meth:`Runner.release_unused`),
-#: as the judge's (``tuned.evaluation.judge.UNUSED_BYTES``).
-UNUSED_BYTES = 1 << 30
 
 #: CUDA graphs a slot keeps for its current case, oldest dropped first: the timed length on
 #: each of the case's input sets, and the latest calibration's.
@@ -218,23 +220,11 @@ class Runner:
         compiled = [f for (m, _), f in guard.compiled.items() if m == slot.module]
         outputs = self.deliver(out, places, list(message.get("outputs") or []))
         del out, inputs
-        self.release_unused()
+        release_unused(self.device)  # what the call left cached, past a gibibyte
         return {"ok": True, "outputs": outputs, "compiled": compiled}
 
-    def release_unused(self) -> None:
-        """After a call, give back what PyTorch's allocator holds unused here once it passes
-        :data:`UNUSED_BYTES`: the judge, the spares and their runners share the GPU. On the
-        H200 a runner of Liger's cross entropy forward and backward held 90.7 GiB through one
-        request's cases (a 128k vocabulary), and the judge ran out of memory for 7.8 GiB."""
-        if self.device != "cuda":
-            return
-        import torch
-
-        if torch.cuda.memory_reserved() - torch.cuda.memory_allocated() > UNUSED_BYTES:
-            torch.cuda.empty_cache()
-
     def _graph_reps(
-        self, slot: Slot, fn: Callable[..., Any], inputs: list[Any], reps: int, case: str = ""
+        self, slot: Slot, fn: Callable[..., Any], inputs: list[Any], reps: int, case: str
     ) -> tuple[Any, bool, bool]:
         """GPU: ``reps`` calls captured once into a CUDA graph and replayed (the host cannot
         open gaps between them): the outputs, whether replayed, whether captured now;
