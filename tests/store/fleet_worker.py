@@ -1,18 +1,22 @@
 """One tuning process of a simulated fleet, for tests/store/test_fleet.py.
 
     python -m tests.store.fleet_worker STORE_URL ENTRY_DIR LOG --budget N [--lease S]
-        [--die-after-claims K]
+        [--die-after-claims K] [--barrier DIR --parties N]
 
 Tunes the (replay) entry in ENTRY_DIR into the shared store with claims on, and appends the
 id of every candidate it evaluates to LOG, one a line. With ``--die-after-claims K`` it
 exits abruptly (``os._exit``, like SIGKILL: no cleanup) right after its K-th successful claim,
-before evaluating that candidate, writing the candidate's id to ``LOG.orphan`` first.
+before evaluating that candidate, writing the candidate's id to ``LOG.orphan`` first. With
+``--barrier DIR --parties N`` it starts tuning only once N processes are ready (each leaves a
+file in DIR): replay evaluations take microseconds, and under CI's load one process could
+finish the whole budget while the other was still importing PyTorch.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +34,8 @@ def main() -> None:
     parser.add_argument("--budget", type=int, required=True)
     parser.add_argument("--lease", type=float, default=60.0)
     parser.add_argument("--die-after-claims", type=int, default=0)
+    parser.add_argument("--barrier", type=Path)
+    parser.add_argument("--parties", type=int, default=1)
     args = parser.parse_args()
 
     store = open_store(args.store)
@@ -66,6 +72,11 @@ def main() -> None:
         on_result=logged,
         claims=claims,
     )
+    if args.barrier is not None:
+        (args.barrier / str(os.getpid())).touch()
+        deadline = time.monotonic() + 120
+        while len(list(args.barrier.iterdir())) < args.parties and time.monotonic() < deadline:
+            time.sleep(0.02)
     campaign.run()
     store.close()
 

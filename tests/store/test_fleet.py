@@ -49,7 +49,10 @@ def _first_results(url: str) -> tuple[list[str], int]:
 @pytest.mark.timeout(180)
 def test_two_processes_share_the_work_without_duplicates(postgres_url: str, tmp_path: Path) -> None:
     logs = [tmp_path / "a.log", tmp_path / "b.log"]
-    procs = [_worker(postgres_url, log, "--budget", "40") for log in logs]
+    barrier = tmp_path / "ready"
+    barrier.mkdir()
+    together = ("--barrier", str(barrier), "--parties", "2")  # both tune from the same moment
+    procs = [_worker(postgres_url, log, "--budget", "40", *together) for log in logs]
     assert [p.wait(timeout=150) for p in procs] == [0, 0]
     a, b = (_evaluated(log) for log in logs)
     assert a and b  # both did work
