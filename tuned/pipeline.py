@@ -158,7 +158,9 @@ class CampaignPipeline:
         gpu_queue = time.monotonic() - precompiled.finished_at
         phases = {**precompiled.result.phase_seconds, GPU_QUEUE_PHASE: gpu_queue}
         if precompiled.ready:
-            row = campaign.evaluate(item.candidate, phases=phases)
+            row = campaign.evaluate(
+                item.candidate, phases=phases, precompile=precompiled.result.metadata
+            )
         else:
             result = _with_phases(precompiled.result, phases)
             row = campaign.record(item.candidate, result, wall_s=sum(phases.values()))
@@ -507,6 +509,7 @@ class MultiGpuPipeline(CampaignPipeline):
             row = campaign.record(item.candidate, failed, wall_s=sum(phases.values()))
         else:
             running.prepared.phases.update(phases)
+            running.prepared.keep_precompile(precompiled.result.metadata)
             # A re-measurement runs on the lane that measured, once it is idle again.
             self._drain(running.lane)
             row = campaign.finish(running.prepared, result, client=self.lanes[running.lane])

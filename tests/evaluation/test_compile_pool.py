@@ -255,6 +255,27 @@ def test_every_config_of_an_autotuned_kernel_is_compiled_ahead(
     assert sorted(p.name for p in cache.iterdir()) == before  # every launch a cache hit
 
 
+@needs_compiler
+def test_an_installed_launchers_forward_and_backward_are_compiled_ahead(tmp_path: Path) -> None:
+    """A Liger forward-and-backward entry: the launcher is the installed package's (the
+    kernel module is a copy of ``liger_kernel/ops/softmax.py``), the input maker is in the
+    entry's own file. The pool makes the inputs there and compiles the forward and the
+    backward kernels of every shape. Before, it looked for ``make_inputs`` in the package's
+    copy, skipped every shape and still said "precompiled": on the H200 the worker then
+    compiled Liger's backward kernels itself, one of them in ptxas for minutes."""
+    spec = load_entry(ROOT / "examples" / "liger" / "softmax-fwd-bwd")
+    cache = tmp_path / "worker" / "triton-cache"
+    with _compile_pool(tmp_path) as pool:
+        done = pool.submit(spec, _candidate(spec, **dict(spec.baseline_knobs))).result(timeout=600)
+    assert done.compiled, done.result.metadata
+    meta = done.result.metadata
+    assert not meta["skipped"] and meta["specializations"] >= 2 * 4, meta  # 4 declared shapes
+    kernels = {p.stem for d in cache.iterdir() for p in d.glob("_*.json")}
+    assert {"_softmax_single_block_forward_kernel", "_softmax_single_block_backward_kernel"} <= (
+        kernels
+    ), kernels
+
+
 def test_an_llm_written_module_meets_the_full_static_gate_before_any_process_imports_it(
     tmp_path: Path, write_entry: WriteEntry
 ) -> None:

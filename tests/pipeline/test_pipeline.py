@@ -53,6 +53,9 @@ def test_a_pipelined_campaign_spends_its_budget_and_records_every_phase(
         assert t.result.outcome is Outcome.OK, t.result.reason
         assert set(t.result.phase_seconds) >= POOL_PHASES | WORKER_PHASES, t.result.phase_seconds
         assert all(v >= 0 for v in t.result.phase_seconds.values())
+        # The pool's account is kept: here (interpreter) it compiled nothing, and says so.
+        pool = t.result.metadata["precompile"]
+        assert pool["precompiled"] is False and "interpreter" in pool["note"], pool
     assert store.policy_state(spec.name, spec.generation, fid, campaign.settings.policy)
     assert campaign.remaining() == 0
 

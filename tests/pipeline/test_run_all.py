@@ -90,7 +90,7 @@ class _Campaign:
         self.gpu.append(f"{self.name}:baseline")
         return "row"
 
-    def evaluate(self, candidate: Candidate, phases: Any = None) -> str:
+    def evaluate(self, candidate: Candidate, phases: Any = None, precompile: Any = None) -> str:
         self.gpu.append(f"{self.name}:{candidate.knobs['B']}")
         self.evaluated += 1
         if self.evaluated == self.budget and self.on_done is not None:

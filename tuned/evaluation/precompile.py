@@ -43,7 +43,8 @@ from typing import Any
 
 from tuned.evaluation.checks import CaseFailure, short
 from tuned.evaluation.guard import Guard
-from tuned.evaluation.invoke import EntryCall, entry_call, kernel_modules
+from tuned.evaluation.invoke import EntryCall, entry_call, kernel_modules, resolve
+from tuned.evaluation.modules import inputs_module
 from tuned.evaluation.worker import (
     Channel,
     ModuleLoader,
@@ -269,7 +270,15 @@ class Precompile:
                 try:
                     inputs = self._meta_inputs(original, key, dims, dtype)
                 except Exception as exc:  # noqa: BLE001 - the input maker refuses (derived) shapes
-                    skipped.append(f"{label}: inputs: {type(exc).__name__}")
+                    reason = f"inputs: {short(f'{type(exc).__name__}: {exc}', 200)}"
+                    if not derived:  # it needs the device: the GPU worker compiles the rest
+                        return self._done(
+                            precompiled=bool(compiled),
+                            note=f"stopped at {label}: {reason}",
+                            specializations=len(compiled),
+                            skipped=skipped,
+                        )
+                    skipped.append(f"{label}: {reason}")
                     continue
                 compiler.kernels.clear()
                 guard = self.guard()
@@ -308,7 +317,10 @@ class Precompile:
         cache_key = (key, tuple(sorted(dims.items())), dtype_name)
         if cache_key in self.meta_inputs:
             return self.meta_inputs[cache_key]
-        make = getattr(original, self.kernel["inputs"])
+        # The entry's own module when the launcher is an installed package's (the kernel
+        # module is then the package's copy, without the input maker).
+        entry = inputs_module(self.loader, self.kernel, original)
+        make = resolve(entry, self.kernel["inputs"], "inputs")
         dtype = getattr(torch, dtype_name)
         try:
             made = list(make(dict(dims), dtype, "meta", 0))

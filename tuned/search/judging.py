@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -42,8 +43,20 @@ class Prepared:
     lenient_derived: bool
     remeasure: bool = False
     phases: dict[str, float] = field(default_factory=dict)
+    #: What the compile pool did (``precompiled``, ``note``, ...), kept in the result.
+    precompile: dict[str, Any] = field(default_factory=dict)
     started_at: float = 0.0  # time.time() when measured
     wall_s: float = 0.0
+
+    def keep_precompile(self, metadata: Mapping[str, Any] | None) -> None:
+        """Keep the compile pool's account of the candidate (a few skipped shapes at most)."""
+        metadata = metadata or {}
+        keep = {k: metadata[k] for k in ("precompiled", "note", "specializations") if k in metadata}
+        skipped = [str(s) for s in metadata.get("skipped", ())]
+        if skipped:
+            more = [f"... {len(skipped) - 4} more"] if len(skipped) > 4 else []
+            keep["skipped"] = skipped[:4] + more
+        self.precompile = keep
 
     def measure(self, client: Evaluator) -> EvalResult:
         self.started_at = time.time()
@@ -74,14 +87,20 @@ class JudgingCampaign(CampaignBase):
         return trial_row(candidate, result, wall_s)
 
     def evaluate(
-        self, candidate: Candidate, *, phases: Mapping[str, float] | None = None
+        self,
+        candidate: Candidate,
+        *,
+        phases: Mapping[str, float] | None = None,
+        precompile: Mapping[str, Any] | None = None,
     ) -> TrialRow:
         """Record, evaluate and store one candidate (the path every candidate takes).
 
         A correct candidate is timed interleaved with the incumbent; if it looks faster, the
         acceptance rule (:mod:`tuned.acceptance`) decides, re-measuring it in a fresh worker.
         ``phases``: seconds the candidate spent before the worker (compile pool, queue), kept
-        with the worker's own in the result's ``phase_seconds``.
+        with the worker's own in the result's ``phase_seconds``; ``precompile``: the compile
+        pool's account (whether it compiled the candidate ahead, and if not why), kept in the
+        result's ``metadata["precompile"]``.
 
         In three parts for a pipeline with several GPUs (:mod:`tuned.pipeline`): what needs
         the store before (:meth:`prepare`, this thread), the measurement on a GPU's worker
@@ -89,6 +108,7 @@ class JudgingCampaign(CampaignBase):
         the store after (:meth:`finish`, this thread again).
         """
         prepared = self.prepare(candidate, phases=phases)
+        prepared.keep_precompile(precompile)
         return self.finish(prepared, prepared.measure(self.client))
 
     def prepare(
@@ -161,6 +181,9 @@ class JudgingCampaign(CampaignBase):
             result = replace(result, metadata=meta)
         if prepared.phases:
             result = replace(result, phase_seconds={**prepared.phases, **result.phase_seconds})
+        if prepared.precompile:
+            meta = {**result.metadata, "precompile": prepared.precompile}
+            result = replace(result, metadata=meta)
         self.store.record_evaluation(
             prepared.candidate,
             self.fingerprint,
