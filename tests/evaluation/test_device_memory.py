@@ -161,34 +161,46 @@ def test_a_runner_keeps_the_cuda_graphs_of_the_current_case_only(
 ) -> None:
     """Each CUDA graph holds its own memory pool: a slot kept every case's graphs through a
     request (83-106 GiB in a runner of Liger's cross entropy forward and backward on the H200).
-    Now a new case drops the previous case's graphs, and a case keeps at most four, the least
-    recently replayed dropped first."""
+    A new case drops the previous case's graphs. Within a case every timed set keeps its
+    graph (ten sets, one per round, and the calibration's lengths): with four kept, the
+    rounds cycled through the sets and captured again on every timed call. A case whose
+    capture fails (the launcher reads on the host) is not captured again."""
     import contextlib
 
     from tuned.evaluation import runner as runner_module
 
     captured: list[int] = []
+    capturing = {"now": False, "fail": False}
 
     class FakeGraph:
         def replay(self) -> None:
             pass
 
+    @contextlib.contextmanager
+    def graph(g: Any) -> Any:
+        capturing["now"] = True
+        try:
+            yield
+        finally:
+            capturing["now"] = False
+
     monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
-    monkeypatch.setattr(torch.cuda, "graph", lambda g: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "graph", graph)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     runner = Runner.__new__(Runner)
     slot = runner_module.Slot(launcher=None, knobs={}, module="m")  # type: ignore[arg-type]
 
     def fn(*args: Any) -> int:
+        if capturing["now"] and capturing["fail"]:
+            raise RuntimeError("operation not permitted when stream is capturing")
         captured.append(1)
         return len(captured)
 
-    sets = [[1], [2]]
-    for reps in (1, 2, 4, 8, 16):  # a calibration on the first set, then the timed length
+    sets = [[i] for i in range(10)]  # one per round
+    for reps in (2, 12):  # the calibration's lengths on the first set
         runner._graph_reps(slot, fn, sets[0], reps, "M=1")
-    runner._graph_reps(slot, fn, sets[1], 16, "M=1")
-    assert len(slot.graphs) == 4
-    assert f"{id(sets[0])}:16" in slot.graphs and f"{id(sets[1])}:16" in slot.graphs
-    assert f"{id(sets[0])}:1" not in slot.graphs  # the oldest calibration went
+    for inputs in sets:  # the untimed call of the timed length, then the rounds
+        runner._graph_reps(slot, fn, inputs, 16, "M=1")
     before = len(captured)
     for _ in range(3):  # the timed rounds replay, never capture again
         for inputs in sets:
@@ -197,3 +209,11 @@ def test_a_runner_keeps_the_cuda_graphs_of_the_current_case_only(
     assert len(captured) == before
     runner._graph_reps(slot, fn, sets[0], 16, "M=2")  # the next case
     assert list(slot.graphs) == [f"{id(sets[0])}:16"] and slot.graph_case == "M=2"
+
+    capturing["fail"] = True
+    attempts = len(captured)
+    assert runner._graph_reps(slot, fn, sets[0], 16, "M=3") == (None, False, False)
+    assert "M=3" in slot.uncapturable
+    capturing["fail"] = False  # would capture now: the case stays eager all the same
+    assert runner._graph_reps(slot, fn, sets[1], 16, "M=3") == (None, False, False)
+    assert len(captured) == attempts  # no second attempt ran the launcher

@@ -48,9 +48,13 @@ from tuned.evaluation.shm import MappedArena, dtype_name
 
 __all__ = ["main", "plain_problem"]
 
-#: CUDA graphs a slot keeps for its current case, oldest dropped first: the timed length on
-#: each of the case's input sets, and the latest calibration's.
-_GRAPHS_PER_CASE = 4
+#: CUDA graphs a slot keeps for its current case, the least recently replayed dropped first:
+#: above the timed length on each of the case's input sets (one per round, up to the
+#: referee's 20) and the calibration's lengths, so a timed round never captures again (with
+#: four, ten sets cycled through four graphs captured on every timed call). What they hold is
+#: bounded by the case: more than two sets only while their inputs stay under 2 GiB
+#: (:mod:`tuned.evaluation.timing_judge`).
+_GRAPHS_PER_CASE = 32
 
 
 @dataclass
@@ -64,6 +68,8 @@ class Slot:
     #: CUDA graphs of the current case only (see :meth:`Runner._graph_reps`), and its dims.
     graphs: dict[str, Any] = field(default_factory=dict)
     graph_case: str = ""
+    #: Cases whose capture failed (the launcher synchronizes or reads on the host): eager.
+    uncapturable: set[str] = field(default_factory=set)
 
 
 def plain_problem(tensor: Any) -> str | None:
@@ -235,6 +241,8 @@ class Runner:
         out of memory for 7.8 GiB)."""
         import torch
 
+        if case in slot.uncapturable:
+            return None, False, False
         if case != slot.graph_case:
             slot.graphs.clear()
             slot.graph_case = case
@@ -253,6 +261,9 @@ class Runner:
                         out = fn(*inputs, **slot.knobs)
                 graph = slot.graphs[key] = (g, out)
             except Exception:  # noqa: BLE001 - it synchronizes or reads on the host: eager
+                # Never tried again for this case: each attempt launches, fails and leaves
+                # its pool to be collected (Liger's cross entropy reads a count with .item()).
+                slot.uncapturable.add(case)
                 torch.cuda.synchronize()
                 return None, False, False
         graph[0].replay()
