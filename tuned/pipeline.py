@@ -29,6 +29,9 @@ every specialization, check, time. With it::
   hang, compiler crash, compile error) is recorded as the candidate's evaluation at once.
 - Before the baseline is measured (on the GPU worker), the pool compiles what the policy
   will propose first (:meth:`Campaign.likely_first`), so the GPU need not wait for those.
+  With several kernels (:meth:`CampaignPipeline.run_all`), the originals of the next two
+  kernels are compiled ahead likewise (:meth:`Campaign.original_ahead`), so the worker's
+  first launches of each, its autotuner's configs included, hit the cache.
 - The GPU worker takes the first candidate, in the order proposed, that the pool is done
   with (``in_order``: only the first proposed; deterministic for a given history, which
   the default is only when compiles keep ahead) and evaluates them one at a time, exactly
@@ -84,6 +87,9 @@ log = logging.getLogger(__name__)
 
 #: Seconds between "compiled" and "the GPU worker starts on it".
 GPU_QUEUE_PHASE = "gpu_queue"
+
+#: Kernels not yet started whose originals the pool compiles ahead (see ``_originals_ahead``).
+ORIGINALS_AHEAD = 2
 
 
 @dataclass(frozen=True)
@@ -141,6 +147,8 @@ class CampaignPipeline:
         self._speculated: dict[str, set[str]] = {}
         #: Kernels whose first proposals were guessed before their baseline (once each).
         self._guessed_first: set[str] = set()
+        #: Kernels whose originals were given to the pool ahead (once each).
+        self._originals_sent: set[str] = set()
 
     def step(self, campaign: Campaign) -> TrialRow | None:
         """Evaluate the campaign's next candidate on the GPU worker (or record its failure in
@@ -202,6 +210,7 @@ class CampaignPipeline:
             current = campaign
             if id(campaign) not in started:
                 started.add(id(campaign))
+                self._originals_ahead([c for c in active if id(c) not in started])
                 if on_first_step is not None:
                     on_first_step(campaign)
             if self.step(campaign) is None:
@@ -226,11 +235,13 @@ class CampaignPipeline:
         self._queues.pop(kernel, None)
         self._speculated.pop(kernel, None)
         self._guessed_first.discard(kernel)
+        self._originals_sent.discard(kernel)
 
     def close(self) -> None:
         self._queues.clear()
         self._speculated.clear()
         self._guessed_first.clear()
+        self._originals_sent.clear()
         self.pool.close()
 
     # -- internals
@@ -291,6 +302,24 @@ class CampaignPipeline:
             done.add(candidate.id)
             if gate_result(campaign.spec, candidate) is None:
                 self.pool.submit(campaign.spec, candidate, speculative=True)
+
+    def _originals_ahead(self, waiting: Sequence[Campaign]) -> None:
+        """Give the pool the originals of the next :data:`ORIGINALS_AHEAD` kernels not yet
+        started, speculatively (on processes nothing else needs), so that the GPU worker's
+        first launches of each find its kernels compiled. A few at a time: the pool's
+        processes are the current kernel's first."""
+        if not self.settings.speculate:
+            return
+        from tuned.llm.gate import gate_result
+
+        for campaign in waiting[:ORIGINALS_AHEAD]:
+            name = campaign.spec.name
+            if name in self._originals_sent:
+                continue
+            self._originals_sent.add(name)
+            original = campaign.original_ahead()
+            if original is not None and gate_result(campaign.spec, original) is None:
+                self.pool.submit(campaign.spec, original, speculative=True)
 
     def _speculate_first(self, campaign: Campaign) -> None:
         """Before the baseline is measured (on the GPU worker, not in the pool): give the

@@ -23,11 +23,15 @@ class _Pool:
     workers = 4
     settings = SimpleNamespace(startup_timeout_s=1.0, load_timeout_s=1.0, compile_timeout_s=1.0)
 
-    def __init__(self, slow: set[str]) -> None:
+    def __init__(self, slow: set[str], gpu: list[str] | None = None) -> None:
         self.slow = slow
         self.held: list[tuple[Future[Precompiled], str]] = []
+        self.gpu = gpu  # where the test logs what the GPU measured, to log submits beside
+        self.speculated: list[str] = []
 
     def submit(self, spec: Any, candidate: Candidate, speculative: bool = False) -> Any:
+        if speculative and self.gpu is not None:
+            self.gpu.append(f"pool:{candidate.kernel}:{candidate.strategy}")
         future: Future[Precompiled] = Future()
         if candidate.kernel in self.slow:
             self.held.append((future, candidate.id))
@@ -100,6 +104,17 @@ class _Campaign:
     def observe(self, suggestion: Any, row: Any) -> None:
         pass
 
+    def original_ahead(self) -> Candidate | None:
+        if self.baseline:
+            return None
+        return Candidate(self.name, "g", f"# {self.name}", {}, Provenance.ORIGINAL, "original")
+
+    def likely_first(self, limit: int) -> list[Candidate]:
+        return []
+
+    def likely_next(self, limit: int, pending: Any = (), exclude: Any = ()) -> list[Candidate]:
+        return []
+
     def summary(self) -> str:
         return f"{self.name} done"
 
@@ -139,3 +154,25 @@ def test_the_kernel_on_the_gpu_keeps_it_while_its_candidates_are_ready() -> None
     pipeline = CampaignPipeline(pool=pool, settings=PipelineSettings(speculate=False))  # type: ignore[arg-type]
     pipeline.run_all([a, b])  # type: ignore[list-item]
     assert gpu == ["a:baseline", "a:1", "a:2", "a:3", "b:baseline", "b:1", "b:2"]
+
+
+def test_the_pool_compiles_the_next_kernels_originals_while_one_is_measured() -> None:
+    """The GPU worker measures each kernel's original itself; the pool compiles the
+    originals of the next two kernels ahead (speculatively), each once, none of a kernel
+    already begun: on the H200, Liger's DyT original compiled its autotuner's configs in the
+    worker, 12.6 s of compile phase (and every other original its kernels)."""
+    gpu: list[str] = []
+    pool = _Pool(slow=set(), gpu=gpu)
+    campaigns = [_Campaign(name, 1, gpu) for name in ("a", "b", "c", "d")]
+    pipeline = CampaignPipeline(pool=pool, settings=PipelineSettings())  # type: ignore[arg-type]
+    pipeline.run_all(campaigns)  # type: ignore[arg-type]
+    sent = [e for e in gpu if e.startswith("pool:")]
+    assert sent == ["pool:b:original", "pool:c:original", "pool:d:original"]
+    for name in ("b", "c", "d"):  # compiled ahead, before the worker measures it
+        assert gpu.index(f"pool:{name}:original") < gpu.index(f"{name}:baseline")
+    assert gpu.index("pool:d:original") > gpu.index("a:baseline")  # two ahead, not all
+
+    gpu.clear()
+    quiet = CampaignPipeline(pool=pool, settings=PipelineSettings(speculate=False))  # type: ignore[arg-type]
+    quiet.run_all([_Campaign(name, 1, gpu) for name in ("e", "f")])  # type: ignore[arg-type]
+    assert not [e for e in gpu if e.startswith("pool:")]

@@ -83,6 +83,18 @@ class SpeculatingCampaign(ProposingCampaign):
                     return out
         return out
 
+    def original_ahead(self) -> Candidate | None:
+        """The original, for the pool to compile while other kernels are measured
+        (:meth:`tuned.pipeline.CampaignPipeline.run_all`): the GPU worker measures it itself,
+        and without this compiled every kernel of it there (on the H200, Liger's DyT: 12.6 s
+        of compile phase, its autotuner's configs one after another). ``None`` once it has a
+        result, and for a reference entry (its baseline is PyTorch's)."""
+        if self.spec.reference_only:
+            return None
+        if any(t.provenance is Provenance.ORIGINAL for t in self._trials()):
+            return None
+        return self._baseline_candidate()
+
     def likely_first(self, limit: int) -> list[Candidate]:
         """Before the baseline has a result: up to ``limit`` candidates the policy is likely
         to propose first, for speculative compiles while the baseline is measured
