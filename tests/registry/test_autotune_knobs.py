@@ -365,3 +365,53 @@ def test_configs_discovery_cannot_read_get_a_note_that_says_where_and_what_to_do
     assert "could not be read without running the module" in note, note
     assert "stopped at line 14, in _configs(): `if BLOCK * num_warps <= 512:`" in note, note
     assert "declare knobs in kernel.yaml (each Config key, num_warps and num_stages" in note
+
+
+def test_configs_from_a_comprehension_over_module_level_lists(tmp_path: Path) -> None:
+    """``for BT in BT_LIST`` over a module-level list, and a platform choice between two lists
+    (``[...] if is_amd else [...]``, either at once or in the branches of an ``if``), as
+    flash-linear-attention writes its configs: the note stopped at the name ``BT_LIST``."""
+    configs = """[
+        triton.Config({"BLOCK": 128}, num_warps=4),
+        triton.Config({"BLOCK": 512}, num_warps=8, num_stages=2),
+    ]"""
+    comprehension = '[triton.Config({"BLOCK": b}, num_warps=w) for b in BLOCKS for w in WARPS]'
+    heads = [
+        "BLOCKS = [32, 64]\nWARPS = [1, 2] if is_amd else [2, 4]\n",
+        "BLOCKS: list[int] = [32, 64]\nif is_amd:\n    WARPS = [1, 2]\nelse:\n    WARPS = [2, 4]\n",
+    ]
+    for n, head in enumerate(heads):
+        source = AUTOTUNED.replace(configs, comprehension).replace(
+            "@triton.autotune(", f"is_amd = False\n{head}\n\n@triton.autotune(", 1
+        )
+        found = discover_source(source, "run")
+        assert found is not None and not found.notices, found.notices
+        space = found.sites["BLOCK"][0].autotune
+        assert space is not None
+        assert {(c["BLOCK"], c["num_warps"]) for c in space.configs} == {
+            (b, w) for b in (32, 64) for w in (1, 2, 4)
+        }
+        assert found.knobs["BLOCK"] == (16, 32, 64, 128)
+        assert found.knobs["num_warps"] == (1, 2, 4, 8)
+        variant, _ = materialize(source, "run", {"BLOCK": 64, "num_warps": 2, "num_stages": 1})
+        assert "configs=[triton.Config({'BLOCK': 64}, num_warps=2, num_stages=1)]," in variant
+        copy = _import(tmp_path, variant, f"ktuned_autotune_module_lists_{n}")
+        x = torch.randn(1000)
+        torch.testing.assert_close(copy.run(x), x * 3)
+
+
+def test_a_module_level_name_bound_by_code_still_gets_the_note() -> None:
+    """A list computed by a call, or grown after it is bound, is not read as a literal."""
+    configs = """[
+        triton.Config({"BLOCK": 128}, num_warps=4),
+        triton.Config({"BLOCK": 512}, num_warps=8, num_stages=2),
+    ]"""
+    comprehension = '[triton.Config({"BLOCK": b}, num_warps=4) for b in BLOCKS]'
+    for head in ("BLOCKS = sorted([32, 64])\n", "BLOCKS = [32, 64]\nBLOCKS += [128]\n"):
+        source = AUTOTUNED.replace(configs, comprehension).replace(
+            "@triton.autotune(", f"{head}\n\n@triton.autotune(", 1
+        )
+        found = discover_source(source, "run")
+        assert found is not None and "BLOCK" not in found.knobs
+        (note,) = [n.reason for n in found.notices]
+        assert "it stopped at the name `BLOCKS`" in note, note

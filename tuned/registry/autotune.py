@@ -2,9 +2,11 @@
 
 **Autotune.** The space is the autotuner's own configurations, read from a literal
 ``configs=[triton.Config({...}, num_warps=..., num_stages=...), ...]``, a list comprehension
-over literal lists, a module-level list, ``A + B`` of those, or a helper function that appends
-Configs in ``for`` loops over literals (``results.append(triton.Config(...))``); anything else
-gets a note naming the statement discovery stopped at. One knob per key of the configs' dicts,
+over literal lists (or module-level names bound to them: ``for BT in BT_LIST``; a platform
+choice ``[...] if is_amd else [...]`` gives the union of both), a module-level list,
+``A + B`` of those, or a helper function that appends Configs in ``for`` loops over literals
+(``results.append(triton.Config(...))``); anything else gets a note naming the statement
+discovery stopped at. One knob per key of the configs' dicts,
 plus ``num_warps`` and ``num_stages``. Each knob's values are the configs' values, their
 neighbours and the rest of the ladder between them (:func:`autotune_values`). A candidate pins
 one configuration: the decorator's ``configs`` becomes a list of that single ``Config``
@@ -61,11 +63,19 @@ class _Unreadable(Exception):
     """A configs expression this module does not evaluate statically."""
 
 
-def _eval(node: ast.expr, env: dict[str, object]) -> object:
-    """A literal, a name bound by an enclosing comprehension, or ``range(literals)``."""
+#: Module-level names bound to literals, read once per module (:func:`_constants`).
+_Consts = Mapping[str, object]
+_NO_CONSTS: _Consts = {}
+
+
+def _eval(node: ast.expr, env: dict[str, object], consts: _Consts = _NO_CONSTS) -> object:
+    """A literal, a name bound by an enclosing comprehension or at module level to a literal
+    (``BT_LIST = [16, 32]``), or ``range(literals)``."""
     if isinstance(node, ast.Name):
         if node.id in env:
             return env[node.id]
+        if node.id in consts:
+            return consts[node.id]
         raise _Unreadable(f"the name `{node.id}`")
     if (
         isinstance(node, ast.Call)
@@ -73,15 +83,15 @@ def _eval(node: ast.expr, env: dict[str, object]) -> object:
         and node.func.id == "range"
         and not node.keywords
     ):
-        args = [_eval(a, env) for a in node.args]
+        args = [_eval(a, env, consts) for a in node.args]
         ints = [a for a in args if isinstance(a, int)]
         if len(ints) == len(args) and 1 <= len(ints) <= 3:
             return list(range(*ints))
         raise _Unreadable(f"`{ast.unparse(node)[:60]}`")
     if isinstance(node, (ast.List, ast.Tuple)):
-        return [_eval(e, env) for e in node.elts]
+        return [_eval(e, env, consts) for e in node.elts]
     if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Add, ast.Pow)):
-        left, right = _eval(node.left, env), _eval(node.right, env)
+        left, right = _eval(node.left, env, consts), _eval(node.right, env, consts)
         if isinstance(left, int) and isinstance(right, int) and abs(right) < 64:
             if isinstance(node.op, ast.Mult):
                 return left * right
@@ -91,6 +101,59 @@ def _eval(node: ast.expr, env: dict[str, object]) -> object:
         return ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError) as exc:
         raise _Unreadable(f"`{ast.unparse(node)[:60]}`") from exc
+
+
+def _either(node: ast.IfExp, consts: _Consts) -> object:
+    """``[1, 2, 4, 8, 16] if is_amd else [1, 2, 4, 8, 16, 32]`` at module level: a platform
+    test discovery cannot evaluate; lists on both sides give their union (the values of
+    either branch are configurations the autotuner may list), equal values that value."""
+    body, orelse = _eval(node.body, {}, consts), _eval(node.orelse, {}, consts)
+    if isinstance(body, list) and isinstance(orelse, list):
+        return list(dict.fromkeys([*body, *orelse]))
+    if body == orelse:
+        return body
+    raise _Unreadable(f"`{ast.unparse(node)[:60]}`")
+
+
+def _constants(module: ast.Module | None) -> dict[str, object]:
+    """The module's top-level names bound (once, or in both branches of an ``if``) to a
+    literal, a list of literals or a conditional choice between lists (:func:`_either`).
+    A name bound to anything else, or rebound by ``+=`` and the like, is left out."""
+    if module is None:
+        return {}
+    consts: dict[str, object] = {}
+    unreadable: set[str] = set()
+    for stmt in module_statements(module):
+        if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
+            unreadable.add(stmt.target.id)
+            continue
+        targets: list[ast.expr]
+        if isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+            targets, value = [stmt.target], stmt.value
+        elif isinstance(stmt, ast.Assign):
+            targets, value = stmt.targets, stmt.value
+        else:
+            continue
+        for target in targets:
+            if not isinstance(target, ast.Name):
+                continue
+            name = target.id
+            try:
+                if isinstance(value, ast.IfExp):
+                    found = _either(value, consts)
+                else:
+                    found = _eval(value, {}, consts)
+            except (_Unreadable, RecursionError):
+                unreadable.add(name)
+                continue
+            if name in consts and consts[name] != found:  # bound in both branches of an if
+                old = consts[name]
+                if not (isinstance(old, list) and isinstance(found, list)):
+                    unreadable.add(name)
+                    continue
+                found = list(dict.fromkeys([*old, *found]))
+            consts[name] = found
+    return {k: v for k, v in consts.items() if k not in unreadable}
 
 
 def _bind(target: ast.expr, value: object, env: dict[str, object]) -> None:
@@ -105,7 +168,9 @@ def _bind(target: ast.expr, value: object, env: dict[str, object]) -> None:
         raise _Unreadable(f"the loop target `{ast.unparse(target)[:60]}`")
 
 
-def _config(call: ast.expr, env: dict[str, object]) -> tuple[str, dict[str, KnobValue]]:
+def _config(
+    call: ast.expr, env: dict[str, object], consts: _Consts = _NO_CONSTS
+) -> tuple[str, dict[str, KnobValue]]:
     if not (isinstance(call, ast.Call) and ast.unparse(call.func).endswith("Config")):
         raise _Unreadable(f"`{ast.unparse(call)[:60]}` is not a triton.Config(...) call")
     if not call.args or not isinstance(call.args[0], ast.Dict):
@@ -114,7 +179,7 @@ def _config(call: ast.expr, env: dict[str, object]) -> tuple[str, dict[str, Knob
     for k, v in zip(call.args[0].keys, call.args[0].values, strict=True):
         if not (isinstance(k, ast.Constant) and isinstance(k.value, str)):
             raise _Unreadable("a Config key that is not a string literal")
-        value = _eval(v, env)
+        value = _eval(v, env, consts)
         if not isinstance(value, (int, float, str, bool)):
             raise _Unreadable(f"the Config value `{ast.unparse(v)[:60]}`")
         config[k.value] = value
@@ -124,7 +189,7 @@ def _config(call: ast.expr, env: dict[str, object]) -> tuple[str, dict[str, Knob
         }:
             raise _Unreadable(f"Config's {kw.arg} varies between configs")
         if kw.arg in _OPTIONS:
-            value = _eval(kw.value, env)
+            value = _eval(kw.value, env, consts)
             if not isinstance(value, int):
                 raise _Unreadable(f"{kw.arg}={ast.unparse(kw.value)[:60]}")
             config[kw.arg] = value
@@ -136,14 +201,14 @@ def _config(call: ast.expr, env: dict[str, object]) -> tuple[str, dict[str, Knob
 _Pair = tuple[ast.expr, dict[str, object]]  # a Config call and the names bound around it
 
 
-def _expanded(node: ast.ListComp, env: dict[str, object]) -> list[_Pair]:
+def _expanded(node: ast.ListComp, env: dict[str, object], consts: _Consts) -> list[_Pair]:
     envs: list[dict[str, object]] = [env]
     for gen in node.generators:
         if gen.is_async:
             raise _Unreadable("an async comprehension")
         grown: list[dict[str, object]] = []
         for outer in envs:
-            items = _eval(gen.iter, outer)
+            items = _eval(gen.iter, outer, consts)
             if not isinstance(items, list):
                 raise _Unreadable(f"`{ast.unparse(gen.iter)[:60]}` is not a literal list")
             for item in items:
@@ -158,7 +223,7 @@ def _expanded(node: ast.ListComp, env: dict[str, object]) -> list[_Pair]:
     return [(node.elt, e) for e in envs]
 
 
-def _built(fn: ast.FunctionDef, module: ast.Module | None) -> list[_Pair]:
+def _built(fn: ast.FunctionDef, module: ast.Module | None, consts: _Consts) -> list[_Pair]:
     """The configurations a helper builds with loops: ``out = []``, ``for X in (...):``
     (nested), ``cfg = triton.Config(...)``, ``out.append(cfg)``, ``return out``."""
     lists: dict[str, list[_Pair]] = {}
@@ -179,9 +244,9 @@ def _built(fn: ast.FunctionDef, module: ast.Module | None) -> list[_Pair]:
                 elif isinstance(value, ast.List) and not value.elts:
                     lists[name] = []
                 else:
-                    env[name] = _eval(value, env)
+                    env[name] = _eval(value, env, consts)
             elif isinstance(stmt, ast.For) and not stmt.orelse:
-                items = _eval(stmt.iter, env)
+                items = _eval(stmt.iter, env, consts)
                 if not isinstance(items, list):
                     raise _Unreadable(f"`{ast.unparse(stmt.iter)[:60]}` is not a literal list")
                 for item in items:
@@ -210,7 +275,7 @@ def _built(fn: ast.FunctionDef, module: ast.Module | None) -> list[_Pair]:
             elif isinstance(stmt, ast.Return) and stmt.value is not None:
                 if isinstance(stmt.value, ast.Name) and stmt.value.id in lists:
                     return lists[stmt.value.id]
-                return _pairs(stmt.value, module, env)
+                return _pairs(stmt.value, module, env, consts)
             else:
                 first = ast.unparse(stmt).splitlines()[0][:60]
                 raise _Unreadable(f"line {stmt.lineno}, in {fn.name}(): `{first}`")
@@ -226,18 +291,20 @@ def _is_config(node: ast.expr) -> bool:
     return isinstance(node, ast.Call) and ast.unparse(node.func).endswith("Config")
 
 
-def _pairs(node: ast.expr, module: ast.Module | None, env: dict[str, object]) -> list[_Pair]:
+def _pairs(
+    node: ast.expr, module: ast.Module | None, env: dict[str, object], consts: _Consts
+) -> list[_Pair]:
     node = _resolved(node, module)
     if isinstance(node, (ast.List, ast.Tuple)):
         return [(e, env) for e in node.elts]
     if isinstance(node, ast.ListComp):
-        return _expanded(node, env)
+        return _expanded(node, env, consts)
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):  # CONFIGS_A + CONFIGS_B
-        return _pairs(node.left, module, env) + _pairs(node.right, module, env)
+        return _pairs(node.left, module, env, consts) + _pairs(node.right, module, env, consts)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.args:
         fn = _function(node.func.id, module)
         if fn is not None:
-            return _built(fn, module)
+            return _built(fn, module, consts)
     raise _Unreadable(f"`{ast.unparse(node)[:60]}`")
 
 
@@ -245,10 +312,11 @@ def _configs(
     node: ast.expr, module: ast.Module | None
 ) -> tuple[str, list[dict[str, KnobValue]], str]:
     """(how the source spells Config, the configurations, the first one's other keywords)."""
-    pairs = _pairs(node, module, {})
+    consts = _constants(module)
+    pairs = _pairs(node, module, {}, consts)
     if not pairs:
         raise _Unreadable("no configuration")
-    configs = [_config(call, env) for call, env in pairs]
+    configs = [_config(call, env, consts) for call, env in pairs]
     first = pairs[0][0]
     assert isinstance(first, ast.Call)
     extra = "".join(f", {ast.unparse(kw)}" for kw in first.keywords if kw.arg not in _OPTIONS)
