@@ -272,3 +272,30 @@ def test_add_makes_class_indices_for_a_target_and_the_entry_runs(tmp_path: Path)
     assert 'target = index(shape["M"], high=shape["V"])' in inputs, inputs
     assert 'logits = rand(shape["M"], shape["V"])' in inputs
     assert_tunes(tmp_path / "registry" / "pick", "pick", tmp_path)
+
+
+def test_add_names_inputs_apart_from_make_inputs_own_names() -> None:
+    """An input named like the generator or a helper of make_inputs (flash-linear-attention's
+    gate ``g``: ``rms_norm_gated(x, g, weight, bias)``) once replaced the generator, and the
+    inputs after it failed (``randn() received an invalid combination of arguments``)."""
+    import inspect
+
+    import torch
+
+    from tuned.registry.scaffold import _module_text
+
+    def launcher(x, g, weight, rand, shape, g_, seed):  # type: ignore[no-untyped-def]
+        raise AssertionError
+
+    params = list(inspect.signature(launcher).parameters.values())
+    text, todo = _module_text("pkg.mod.launcher", params, {"T": 4, "D": 8})
+    assert not todo
+    scope: dict[str, object] = {}
+    exec(compile(text, "entry.py", "exec"), scope)
+    make_inputs = scope["make_inputs"]
+    assert callable(make_inputs)
+    inputs = make_inputs({"T": 4, "D": 8}, torch.float32, "cpu", 0)
+    assert [tuple(t.shape) for t in inputs] == [(4, 8), (8,), (8,), (4, 8), (4, 8), (8,), (4, 8)]
+    again = make_inputs({"T": 4, "D": 8}, torch.float32, "cpu", 0)
+    for a, b in zip(inputs, again, strict=True):
+        torch.testing.assert_close(a, b)

@@ -42,6 +42,10 @@ _INDEX = re.compile(
     r"^(target|targets|label|labels|index|indices|idx|ids|input_ids|token_ids|class_ids)$",
     re.I,
 )
+#: The names make_inputs binds itself (its parameters, the generator, its helpers, the
+#: import): an input named like one (fla's gate ``g``) gets a variable ``g_``, or it would
+#: replace the generator the inputs after it are drawn with.
+_LOCALS = frozenset({"shape", "dtype", "device", "seed", "g", "rand", "index", "torch", "t"})
 #: Constructor parameters of a module that mean "the size of the last dimension".
 _HIDDEN = re.compile(
     r"^(hidden(_size|_dim)?|dim|d_model|embed_dim|n_embd|num_features|normalized_shape|"
@@ -167,6 +171,7 @@ def infer_inputs(
     lines: list[str] = []
     todo: list[str] = []
     names: list[str] = []
+    taken = set(_LOCALS) | {p.name for p in params}
     for p in params:
         if p.kind is p.VAR_POSITIONAL and not names and not lines:
             todo.append(f"*{p.name} (the signature does not say which inputs it takes)")
@@ -179,15 +184,19 @@ def infer_inputs(
             todo.append(f"{p.name} (keyword-only, no default: inputs are passed by position)")
             continue
         lowered = p.name.lower()
+        var = p.name  # the input's variable in make_inputs: never one of its own names
+        while var in _LOCALS or (var != p.name and var in taken):
+            var += "_"
+        taken.add(var)
         if p.name in dims:
-            lines.append(f'{p.name} = shape["{p.name}"]')
+            lines.append(f'{var} = shape["{p.name}"]')
         elif _EPS.search(lowered):
-            lines.append(f"{p.name} = 1e-6")
+            lines.append(f"{var} = 1e-6")
         elif _WEIGHT.match(p.name):
-            lines.append(f"{p.name} = rand({last})")
+            lines.append(f"{var} = rand({last})")
         elif _INDEX.match(p.name):  # one index per row, into the last dimension
             rows = ", ".join(f'shape["{d}"]' for d in order[:-1]) or last
-            lines.append(f"{p.name} = index({rows}, high={last})")
+            lines.append(f"{var} = index({rows}, high={last})")
         elif p.annotation in (int, "int") or p.annotation in (float, "float"):
             todo.append(f"{p.name} (a {getattr(p.annotation, '__name__', p.annotation)} scalar)")
             continue
@@ -195,8 +204,8 @@ def infer_inputs(
             todo.append(f"{p.name} (a flag or mode: choose the value production uses)")
             continue
         else:
-            lines.append(f"{p.name} = rand({full})")
-        names.append(p.name)
+            lines.append(f"{var} = rand({full})")
+        names.append(var)
     lines.append(f"return ({', '.join(names)}{',' if len(names) == 1 else ''})")
     return lines, todo
 
