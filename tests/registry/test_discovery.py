@@ -646,3 +646,41 @@ def test_tuning_injected_knobs_runs_generated_copies(tmp_path: Path) -> None:
         assert t.result.outcome is Outcome.OK, t.result.reason
     assert len({t.candidate_id for t in trials}) == 4
     store.close()
+
+
+CHUNKED = (
+    HEADER
+    + """
+@triton.jit
+def _chunk_sum(x_ptr, out_ptr, n, BT: tl.constexpr):
+    offs = tl.program_id(0) * BT + tl.arange(0, BT)
+    v = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    tl.store(out_ptr + offs, tl.cumsum(v, 0), mask=offs < n)
+
+
+def _chunked(x, chunk_size, block_size):
+    n = x.numel()
+    out = torch.empty_like(x)
+    BT = chunk_size
+    _chunk_sum[(triton.cdiv(n, BT),)](x, out, n, BT=BT)
+    return out
+
+
+def run(x, chunk_size, block_size):
+    return _chunked(x, chunk_size, block_size)
+"""
+)
+
+
+def test_a_block_that_is_the_caller_s_chunk_size_is_not_a_knob() -> None:
+    """``BT = chunk_size`` (flash-linear-attention's chunked cumsum): the caller's value, which
+    the result depends on (sums within chunks of it); doubling it was a knob whose every
+    candidate was wrong. A block bound to a parameter named as one, or computed, stays a
+    knob."""
+    found = discover_source(CHUNKED, "run")
+    assert found is not None
+    assert "BT" not in found.knobs, found.knobs
+    for binding in ("BT = block_size", "BT = min(64, triton.next_power_of_2(n))"):
+        found = discover_source(CHUNKED.replace("BT = chunk_size", binding), "run")
+        assert found is not None
+        assert {"/2", "x1", "x2"} <= set(found.knobs.get("BT", ())), (binding, found.knobs)

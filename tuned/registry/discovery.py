@@ -342,6 +342,8 @@ class _Finder:
             else:
                 if knob_rule({target, name}, 1) not in ("block", "warps", "stages"):
                     return
+                if _caller_value(fn, values):
+                    return
                 use = self.use(("local", fn.name, name), name, "rebind", fn.name)
                 use.nodes = [(stmt, False) for stmt, _ in local.fresh[name]]
             self.feed(use, kernel, target, grid)
@@ -514,6 +516,24 @@ class _Finder:
                 )
                 for node, _ in use.nodes
             ]
+
+
+def _caller_value(fn: ast.FunctionDef, values: list[ast.expr | None]) -> bool:
+    """True when every binding of a local is a bare parameter of ``fn`` that has no literal
+    default and is not named as a performance parameter (``BT = chunk_size``): the caller's
+    value, a chunk size or a head dimension the result depends on (a chunked cumsum sums
+    within chunks of it), which no transform may change. ``B = BLOCK_SIZE`` and
+    ``B = next_power_of_2(n)`` stay knobs."""
+    if not values or not all(isinstance(v, ast.Name) for v in values):
+        return False
+    params = parameters(fn)
+    for value in values:
+        assert isinstance(value, ast.Name)
+        if value.id not in params or _literal(params[value.id])[0]:
+            return False
+        if knob_rule({value.id}, 1) is not None:
+            return False
+    return True
 
 
 def _unique(name: str, taken: set[str], scope: str) -> str:
