@@ -9,6 +9,7 @@ result yet, and never one that has.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -35,7 +36,44 @@ def original_fails(outcome: Outcome, reason: str) -> str:
             "run an autotuner with several configs (benchmarking them needs a GPU driver): "
             "tune this entry on a GPU, or pin one config; nothing was tuned"
         )
+    where = _installed_location(reason)
+    if where is not None:
+        package, place = where
+        return (
+            f"the original fails ({outcome.value}: {reason}); it fails inside the installed "
+            f"package {package} ({place}), not in the entry's code: check that {package} runs "
+            "here as installed (its supported devices, PyTorch and Triton versions) and that "
+            "the entry's inputs are what it expects; nothing was tuned"
+        )
     return f"the original fails ({outcome.value}: {reason}); fix the entry, nothing was tuned"
+
+
+#: Where a worker's failure reason says it was raised: ``(at /path/file.py:455 in fn)``.
+_AT = re.compile(r"\(at (?P<path>[^()]+?\.py):(?P<line>\d+) in (?P<fn>[\w<>.]+)\)")
+
+
+#: Packages whose own code raises what their callers got wrong (a shape, a dtype): a failure
+#: located there still says "fix the entry".
+_FRAMEWORKS = frozenset({"torch", "triton", "numpy"})
+
+
+def _installed_location(reason: str) -> tuple[str, str] | None:
+    """(package, ``package/file.py:line in fn``) when ``reason`` was raised in an installed
+    package (under ``site-packages`` or ``dist-packages``; PyTorch, Triton and NumPy aside),
+    else None."""
+    found = list(_AT.finditer(reason))
+    if not found:
+        return None
+    at = found[-1]
+    parts = at["path"].replace("\\", "/").split("/")
+    marks = [i for i, p in enumerate(parts) if p in ("site-packages", "dist-packages")]
+    if not marks or marks[-1] + 1 >= len(parts):
+        return None
+    rest = parts[marks[-1] + 1 :]
+    package = rest[0].removesuffix(".py")
+    if package in _FRAMEWORKS:
+        return None
+    return package, f"{'/'.join(rest)}:{at['line']} in {at['fn']}"
 
 
 class Campaign(SpeculatingCampaign):

@@ -1,0 +1,33 @@
+"""The note of a campaign whose original does not run says where to look."""
+
+from __future__ import annotations
+
+from tuned.outcomes import Outcome
+from tuned.search.campaign import original_fails
+
+SITE = "/home/u/.venv/lib/python3.11/site-packages"
+
+
+def test_a_failure_inside_an_installed_package_names_it_not_the_entry() -> None:
+    """flash-linear-attention's ``@input_guard`` fails on a CPU build of PyTorch (``module
+    'torch.cpu' has no attribute 'device'``): "fix the entry" sent the user to an entry with
+    nothing wrong in it."""
+    reason = (
+        "compile: AttributeError: module 'torch.cpu' has no attribute 'device' "
+        f"(at {SITE}/fla/utils.py:455 in custom_device_ctx)"
+    )
+    note = original_fails(Outcome.RUNTIME_ERROR, reason)
+    assert "fix the entry" not in note
+    assert "inside the installed package fla (fla/utils.py:455 in custom_device_ctx)" in note
+    assert "check that fla runs here as installed" in note
+    assert reason in note
+
+
+def test_a_failure_in_the_entry_or_in_torch_still_says_fix_the_entry() -> None:
+    for reason in (
+        "compile: TypeError: bad (at /reg/e/entry.py:15 in rand)",
+        f"compile: RuntimeError: shape mismatch (at {SITE}/torch/nn/functional.py:10 in f)",
+        "compile: ValueError: no location",
+    ):
+        note = original_fails(Outcome.RUNTIME_ERROR, reason)
+        assert note.endswith("fix the entry, nothing was tuned"), note
