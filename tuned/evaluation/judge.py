@@ -190,7 +190,7 @@ class Evaluation:
 
         def compute() -> Any:
             outputs = reference(*clone_inputs(pristine))
-            self.release_unused()
+            release_unused(self.device)
             return outputs
 
         return self.cache.reference(self.case_key(case), "reference", compute)
@@ -214,14 +214,10 @@ class Evaluation:
             again = self._reference.at(case.dims)(*clone_inputs(pristine))
             widened = widened_atol(first, again, atol)
             del again
-            self.release_unused()
+            release_unused(self.device)
             return widened
 
         return self.cache.reference(self.case_key(case), "atol", compute), rtol
-
-    def release_unused(self) -> None:
-        """After making a case's inputs or reference outputs: :func:`release_unused`."""
-        release_unused(self.device)
 
     def enter(self, phase: str) -> None:
         now = time.monotonic()
@@ -451,7 +447,7 @@ class Evaluation:
 
             def make() -> list[Any]:
                 made = make_inputs(dict(case.dims), dtype, self.device, case.seed)
-                self.release_unused()
+                release_unused(self.device)
                 return made  # type: ignore[no-any-return]
 
             return self.cache.inputs(self.case_key(case), make)

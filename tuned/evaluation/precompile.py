@@ -260,6 +260,16 @@ class Precompile:
         knobs = dict(self.candidate["knobs"])
         compiled: set[str] = set()
         skipped: list[str] = []
+
+        def stopped(label: str, reason: str) -> dict[str, Any]:
+            """A declared shape not compiled here: the GPU worker compiles what is left."""
+            return self._done(
+                precompiled=bool(compiled),
+                note=f"stopped at {label}: {reason}",
+                specializations=len(compiled),
+                skipped=skipped,
+            )
+
         for shape in self.kernel["shapes"]:
             dims = dict(shape["dims"])
             derived = bool(shape.get("derived"))
@@ -272,12 +282,7 @@ class Precompile:
                 except Exception as exc:  # noqa: BLE001 - the input maker refuses (derived) shapes
                     reason = f"inputs: {short(f'{type(exc).__name__}: {exc}', 200)}"
                     if not derived:  # it needs the device: the GPU worker compiles the rest
-                        return self._done(
-                            precompiled=bool(compiled),
-                            note=f"stopped at {label}: {reason}",
-                            specializations=len(compiled),
-                            skipped=skipped,
-                        )
+                        return stopped(label, reason)
                     skipped.append(f"{label}: {reason}")
                     continue
                 compiler.kernels.clear()
@@ -297,12 +302,7 @@ class Precompile:
                     # compiles what is left and judges it.
                     reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                     if not derived:
-                        return self._done(
-                            precompiled=bool(compiled),
-                            note=f"stopped at {label}: {short(reason, 300)}",
-                            specializations=len(compiled),
-                            skipped=skipped,
-                        )
+                        return stopped(label, short(reason, 300))
                     skipped.append(f"{label}: {short(reason, 200)}")
                     continue
                 compiled.update(str(getattr(k, "hash", id(k))) for k in compiler.kernels)

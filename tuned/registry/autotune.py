@@ -201,6 +201,14 @@ def _config(
 _Pair = tuple[ast.expr, dict[str, object]]  # a Config call and the names bound around it
 
 
+def _items(node: ast.expr, env: dict[str, object], consts: _Consts) -> list[object]:
+    """What a ``for`` loop or comprehension iterates over: a literal list (:func:`_eval`)."""
+    items = _eval(node, env, consts)
+    if not isinstance(items, list):
+        raise _Unreadable(f"`{ast.unparse(node)[:60]}` is not a literal list")
+    return items
+
+
 def _expanded(node: ast.ListComp, env: dict[str, object], consts: _Consts) -> list[_Pair]:
     envs: list[dict[str, object]] = [env]
     for gen in node.generators:
@@ -208,10 +216,7 @@ def _expanded(node: ast.ListComp, env: dict[str, object], consts: _Consts) -> li
             raise _Unreadable("an async comprehension")
         grown: list[dict[str, object]] = []
         for outer in envs:
-            items = _eval(gen.iter, outer, consts)
-            if not isinstance(items, list):
-                raise _Unreadable(f"`{ast.unparse(gen.iter)[:60]}` is not a literal list")
-            for item in items:
+            for item in _items(gen.iter, outer, consts):
                 inner = dict(outer)
                 _bind(gen.target, item, inner)
                 if gen.ifs:
@@ -246,10 +251,7 @@ def _built(fn: ast.FunctionDef, module: ast.Module | None, consts: _Consts) -> l
                 else:
                     env[name] = _eval(value, env, consts)
             elif isinstance(stmt, ast.For) and not stmt.orelse:
-                items = _eval(stmt.iter, env, consts)
-                if not isinstance(items, list):
-                    raise _Unreadable(f"`{ast.unparse(stmt.iter)[:60]}` is not a literal list")
-                for item in items:
+                for item in _items(stmt.iter, env, consts):
                     inner = dict(env)
                     _bind(stmt.target, item, inner)
                     if (done := run(stmt.body, inner)) is not None:
