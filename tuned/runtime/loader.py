@@ -246,7 +246,12 @@ def _info(plan: Plan) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- module files
 
-_files_lock = threading.Lock()
+#: Held while a stored source is rewritten, written and imported. CPython 3.11 keeps the AST
+#: constructor's recursion depth per interpreter, not per thread: ``ast.parse`` in two threads
+#: at once can fail with "SystemError: AST constructor recursion depth mismatch" (CPython
+#: gh-106905; CI saw it when eight threads loaded at once). Loading is once per kernel and
+#: process, so one at a time costs nothing; reentrant for a module that loads while imported.
+_import_lock = threading.RLock()
 _module_root: Path | None = None
 
 
@@ -273,6 +278,13 @@ def _import_stored(
     if text is None or sha256_text(text) != source_hash:
         got = "missing" if text is None else f"SHA-256 {sha256_text(text)[:16]}..."
         raise TamperedSourceError(f"stored source {source_hash[:16]}... is {got}")
+    with _import_lock:
+        return _import_text(plan, text, extra, knobs)
+
+
+def _import_text(
+    plan: Plan, text: str, extra: Mapping[str, str], knobs: Mapping[str, Any]
+) -> tuple[ModuleType, dict[str, Any]]:
     text, rest = materialize(text, plan.launcher, knobs, sources=extra)
     text = private_ops(text, always=True)  # the user's module keeps its operators' names
     source_hash = sha256_text(text)
@@ -281,18 +293,17 @@ def _import_stored(
     safe = re.sub(r"[^0-9a-zA-Z_]", "_", plan.kernel)
     generation = re.sub(r"[^0-9a-zA-Z_]", "_", plan.generation[:16])
     module_name = f"ktuned_runtime_{safe}_{source_hash[:16]}"
-    with _files_lock:
-        root = _root().resolve()
-        directory = root / f"{safe}_{generation}"
-        directory.mkdir(parents=True, exist_ok=True)
-        for rel, content in extra.items():
-            target = (directory / rel).resolve()
-            if not target.is_relative_to(directory):
-                raise TamperedSourceError(f"sibling module {printable(rel)!r} is outside its entry")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(content, encoding="utf-8")
-        path = directory / f"{module_name}.py"
-        path.write_text(text, encoding="utf-8")
+    root = _root().resolve()
+    directory = root / f"{safe}_{generation}"
+    directory.mkdir(parents=True, exist_ok=True)
+    for rel, content in extra.items():
+        target = (directory / rel).resolve()
+        if not target.is_relative_to(directory):
+            raise TamperedSourceError(f"sibling module {printable(rel)!r} is outside its entry")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content, encoding="utf-8")
+    path = directory / f"{module_name}.py"
+    path.write_text(text, encoding="utf-8")
     return import_verified(path, source_hash, module_name), rest
 
 
