@@ -3,6 +3,7 @@ are bounded, and candidate code never holds the turn."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import threading
@@ -199,6 +200,34 @@ def test_the_benchmark_waits_for_the_turn_a_spare_holds_and_candidates_never_see
         assert probing.metadata["gpu_turn"]["held"] is True
         # (The spare's preparation, held up by the holder, may still hold a case: < 2 s.)
         assert probing.metadata["gpu_turn"]["waited_s"] < 2.0
+    finally:
+        client.close()
+
+
+def test_an_originals_checks_hold_the_turn_and_a_knob_moves_do_not(
+    tmp_path: Path, write_entry: WriteEntry, hold_turn: list[subprocess.Popen[str]]
+) -> None:
+    """An original (or an LLM module) may time itself while it is checked (Triton's
+    autotuner benchmarks its configs on a key's first call): its checks take the turn, so no
+    spare's case data shares the GPU with them. A knob move's checks time nothing and do not
+    wait. A wait that runs out is not repeated case after case (a hung spare delays one)."""
+    spec = load_entry(write_entry())
+    settings = EvaluationSettings(interpreter=True, gpu_turn=True, turn_wait_s=1.0)
+    client = WorkerClient(workdir=tmp_path / "w", settings=settings, spares=1)
+    try:
+        client.start()
+        _hold(tmp_path / "w" / "gpu-turn.lock", hold_turn)
+        move = client.evaluate(spec, _candidate(spec, spec.module_source))
+        assert move.outcome is Outcome.OK, move.reason
+        assert "checks_waited_s" not in move.metadata["gpu_turn"]
+        original = dataclasses.replace(
+            _candidate(spec, spec.module_source), knobs={}, provenance=Provenance.ORIGINAL
+        )
+        checked = client.evaluate(spec, original)
+        assert checked.outcome is Outcome.OK, checked.reason
+        waited = checked.metadata["gpu_turn"]["checks_waited_s"]
+        assert 1.0 <= waited < 1.9, waited  # one wait ran out; the other cases did not wait
+        assert len(spec.shapes) * len(spec.dtypes) > 1  # (so there were other cases)
     finally:
         client.close()
 

@@ -487,6 +487,8 @@ class WorkerClient:
                 **self._options(),
                 "derived_skip": list(derived_skip),
                 "lenient_derived": lenient_derived,
+                # Its checks hold the GPU turn: code that may time itself (judge._case_turn)
+                "checks_hold_turn": candidate.provenance is not Provenance.PARAMETRIC,
                 "incumbent": None
                 if incumbent is None
                 else {"source": incumbent.source, "knobs": dict(incumbent.knobs)},

@@ -125,6 +125,7 @@ class Evaluation:
         #: The client's GPU turn (tuned.evaluation.gpu_turn): the benchmark phase holds it,
         #: a spare's preparation takes it case by case.
         self.turn = turn or GpuTurn()
+        self._turn_before = (self.turn.waited_s, self.turn.went_without)
         #: A spare's preparation asks before each case whether to give up (taken over for
         #: another kernel): :class:`Abandoned`.
         self.abandon = abandon
@@ -455,7 +456,7 @@ class Evaluation:
         self.enter("compile")
         deferred: list[CaseFailure] = []
         try:
-            with self._spare_turn():
+            with self._case_turn():
                 first_inputs = inputs_of(cases[0])
                 first_out = self.call(candidate, cases[0], first_inputs, "nan", deferred=deferred)
         except CaseFailure:
@@ -477,12 +478,12 @@ class Evaluation:
                         skipped.append(f"{case.label} (derived; refused by the input maker)")
                         continue
                 else:
-                    with self._spare_turn():
+                    with self._case_turn():
                         pristine = first_inputs if index == 0 else inputs_of(case)
                 first = first_out if index == 0 else None
                 if index == 0 and deferred:
                     raise deferred[0]
-                with self._spare_turn():
+                with self._case_turn():
                     self.check_case(case, candidate, pristine, first, signatures)
             except Abandoned:
                 raise
@@ -501,7 +502,7 @@ class Evaluation:
         timing = JudgedTiming(self, TimingSettings(**self.options.get("timing", {})))
         if self.correctness_only:  # a spare: the timed inputs made ahead, nothing timed
             for case in self.timed_cases(cases):
-                timing.prepare(case, inputs_of, hold=self._spare_turn)
+                timing.prepare(case, inputs_of, hold=self._case_turn)
             self.enter("done")
             return {"outcome": "ok", "phase_seconds": self.phase_seconds}
 
@@ -516,9 +517,10 @@ class Evaluation:
         incumbent_samples: dict[str, list[float]] = {}
         screened: list[str] = []
         waited = self.turn.waited_s
-        wait_s = float(self.options.get("turn_wait_s", EvaluationSettings.turn_wait_s))
-        with self.turn.hold(wait_s) as held:
-            turn = {"held": held, "waited_s": round(self.turn.waited_s - waited, 4)}
+        with self.turn.hold(self._turn_wait_s()) as held:
+            turn: dict[str, Any] = {"held": held, "waited_s": round(self.turn.waited_s - waited, 4)}
+            if self.options.get("checks_hold_turn"):  # what its checks waited (_case_turn)
+                turn["checks_waited_s"] = round(waited - self._turn_before[0], 4)
             for case in self.timed_cases(cases):
                 try:
                     mine, theirs, cut = timing.time_case(case, candidate, incumbent, inputs_of)
@@ -560,15 +562,29 @@ class Evaluation:
             },
         }
 
-    def _spare_turn(self) -> contextlib.AbstractContextManager[bool]:
-        """A spare's preparation takes the GPU turn case by case; an evaluation's correctness
-        checks need none (the worker's own, before its benchmark phase). Before each, the
-        preparation asks ``abandon`` whether to give up (:class:`Abandoned`)."""
+    def _case_turn(self) -> contextlib.AbstractContextManager[bool]:
+        """The GPU turn around one case's first call and check.
+
+        A spare's preparation takes it shared, case by case; before each, it asks ``abandon``
+        whether to give up (:class:`Abandoned`). The worker's checks take it only for a
+        candidate whose own code may time itself (``checks_hold_turn``: an original, or an
+        LLM-written module: ``@triton.autotune`` benchmarks every config on the first call
+        of each key; a knob move pins one config). Outside the turn, spares making the next
+        kernels' case data shared the GPU with those benchmarks: on the H200, Liger's DyT
+        original took 113 s in the worker against 28 s alone, and its autotuner chose the
+        baseline's config from times measured beside that work. Other candidates' checks
+        need no turn (nothing in them is timed)."""
         if self.correctness_only:
             if self.abandon is not None and self.abandon():
                 raise Abandoned("abandoned", "taken over for another kernel")
             return self.turn.hold(SPARE_TURN_WAIT_S, shared=True)
+        if self.options.get("checks_hold_turn"):  # once a wait ran out, no more waits
+            missed = self.turn.went_without > self._turn_before[1]
+            return self.turn.hold(0.0 if missed else self._turn_wait_s())
         return contextlib.nullcontext(False)
+
+    def _turn_wait_s(self) -> float:
+        return float(self.options.get("turn_wait_s", EvaluationSettings.turn_wait_s))
 
     def check_case(
         self,
