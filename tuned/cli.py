@@ -630,6 +630,8 @@ def _registry_add(args: argparse.Namespace) -> int:
 
     shapes = [parse_shape(text) for text in args.shape]
     added = add_entry(args.launcher, shapes, args.dtype or ["float16"], args.out, name=args.name)
+    if added.note:
+        print(f"note: {added.note}")
     print(f"wrote {added.directory}/kernel.yaml and entry.py")
     if added.todo:
         print(f"TODO: {'; '.join(added.todo)}")

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from tuned.errors import BadInputError
+from tuned.registry.scaffold_source import signature_from_source
 from tuned.registry.validate import canonical_dtype
 
 __all__ = ["AddedEntry", "add_entry", "infer_inputs", "parse_shape"]
@@ -59,6 +60,7 @@ class AddedEntry:
     directory: Path
     name: str
     todo: tuple[str, ...]  # parameters make_inputs could not infer (a stub when not empty)
+    note: str = ""  # the module could not be imported here: its signature was read from source
 
 
 def parse_shape(text: str) -> dict[str, int]:
@@ -77,15 +79,26 @@ def parse_shape(text: str) -> dict[str, int]:
     return dims
 
 
+class _ImportFailed(Exception):
+    """The launcher's module was found but raised while it was imported."""
+
+    def __init__(self, module: str, exc: BaseException) -> None:
+        super().__init__(f"importing {module} raised {type(exc).__name__}: {exc}")
+        self.module = module
+
+
 def _resolve(path: str) -> Any:
     parts = path.split(".")
     if not all(p.isidentifier() for p in parts):
         raise BadInputError(f"{path!r} is not a dotted Python path (package.module.function)")
     for cut in range(len(parts) - 1, 0, -1):
+        module = ".".join(parts[:cut])
         try:
-            obj: Any = importlib.import_module(".".join(parts[:cut]))
+            obj: Any = importlib.import_module(module)
         except ImportError:
             continue
+        except Exception as exc:  # the user's module-level code raised: anything
+            raise _ImportFailed(module, exc) from exc
         for part in parts[cut:]:
             if not hasattr(obj, part):
                 raise BadInputError(f"{'.'.join(parts[:cut])} has no attribute {part!r} ({path})")
@@ -291,9 +304,27 @@ def add_entry(
         if c is None:
             raise BadInputError(f"--dtype {d!r} is not a dtype ktuned knows (e.g. float16)")
         canon.append(c)
-    target = _resolve(path)
-    params = _signature_params(target)
-    writes = _returns_nothing(target)
+    note = ""
+    try:
+        target: Any = _resolve(path)
+    except _ImportFailed as failed:
+        read = signature_from_source(path)
+        if read is None:
+            raise BadInputError(
+                f"{failed}; its source does not define {path.rpartition('.')[2]!r} as a "
+                "function, method, autograd Function or module ktuned can read: make the "
+                "module importable on this machine (module-level code that needs a GPU or "
+                'runs tests belongs under `if __name__ == "__main__":`) or write the entry '
+                "by hand (docs/registry.md)"
+            ) from failed
+        target, params, writes = None, list(read.params), read.returns_nothing
+        note = (
+            f"{failed}; its signature was read from the source instead. The worker imports "
+            "the module too: tune where that import succeeds (e.g. on the GPU machine)"
+        )
+    else:
+        params = _signature_params(target)
+        writes = _returns_nothing(target)
     entry_name = name or re.sub(
         r"[^a-z0-9_-]+", "-", path.split(".")[-1 if not path.endswith(".apply") else -2].lower()
     ).strip("-")
@@ -332,4 +363,4 @@ def add_entry(
         yaml.insert(5, "# TODO: the launcher returns nothing; name what it writes, e.g.")
         yaml.insert(6, "# outputs: [out]")
     (directory / "kernel.yaml").write_text("\n".join(yaml) + "\n", encoding="utf-8")
-    return AddedEntry(directory=directory, name=entry_name, todo=tuple(todo))
+    return AddedEntry(directory=directory, name=entry_name, todo=tuple(todo), note=note)

@@ -1,0 +1,60 @@
+"""``ktuned registry add`` on a module that cannot be imported here: the signature is read
+from its source (module-level code that asks the GPU driver for its device, as real Triton
+code does, raises on a CPU-only machine)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from tests.conftest import ADD_SOURCE
+from tests.registry.test_scaffold import ktuned, user_package
+
+#: What Triton raises at import on a machine without a GPU driver (the interpreter).
+NO_DRIVER = "raise RuntimeError('0 active drivers')\n"
+
+
+def test_add_reads_the_signature_when_the_module_raises_at_import(tmp_path: Path) -> None:
+    source = ADD_SOURCE + textwrap.dedent(
+        """
+        class Scale(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, w, eps: float = 1e-5, *, BLOCK=128):
+                return add(x, w)
+
+
+        def fill(x, y):
+            add(x, y)
+        """
+    )
+    # In the interpreter, Triton has no active driver: the import raises RuntimeError.
+    user_package(tmp_path, "gpuonly", "ops", source.replace("import triton\n", NO_DRIVER, 1))
+    for launcher in ("gpuonly.ops.add", "gpuonly.ops.Scale.apply", "gpuonly.ops.fill"):
+        added = ktuned(
+            "registry",
+            "add",
+            launcher,
+            "--shape",
+            "N=64",
+            "--out",
+            tmp_path / "reg",
+            path=tmp_path,
+        )
+        assert added.returncode == 0, added.stdout + added.stderr
+        assert "RuntimeError: 0 active drivers" in added.stdout, added.stdout
+        assert "read from the source" in added.stdout
+    add = (tmp_path / "reg" / "add" / "entry.py").read_text()
+    assert 'x = rand(shape["N"])' in add and 'y = rand(shape["N"])' in add
+    assert "BLOCK" not in add.split("def make_inputs")[1]  # a default: left to the launcher
+    scale = (tmp_path / "reg" / "scale" / "entry.py").read_text()
+    assert "return (x, w)" in scale and "ctx" not in scale.split("def make_inputs")[1]
+    assert "# outputs: [out]" in (tmp_path / "reg" / "fill" / "kernel.yaml").read_text()
+
+
+def test_add_says_what_to_do_when_neither_import_nor_source_helps(tmp_path: Path) -> None:
+    user_package(tmp_path, "broken", "ops", "raise RuntimeError('no GPU')\nmissing = 1\n")
+    added = ktuned("registry", "add", "broken.ops.missing", "--shape", "N=4", path=tmp_path)
+    assert added.returncode == 2, added.stdout + added.stderr
+    assert "Traceback" not in added.stderr
+    assert "importing broken.ops raised RuntimeError: no GPU" in added.stderr
+    assert "__main__" in added.stderr
