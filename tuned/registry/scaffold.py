@@ -83,8 +83,22 @@ class _ImportFailed(Exception):
     """The launcher's module was found but raised while it was imported."""
 
     def __init__(self, module: str, exc: BaseException) -> None:
+        module = _raising_module(exc) or module
         super().__init__(f"importing {module} raised {type(exc).__name__}: {exc}")
         self.module = module
+
+
+def _raising_module(exc: BaseException) -> str:
+    """The module whose top-level code raised ``exc`` (the innermost ``<module>`` frame):
+    importing ``pkg.mod.Class`` fails in ``pkg.mod``, not in a module named ``Class``."""
+    name = ""
+    tb = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_name == "<module>":
+            name = str(frame.f_globals.get("__name__", name))
+        tb = tb.tb_next
+    return name
 
 
 def _resolve(path: str) -> Any:
