@@ -58,3 +58,58 @@ def test_add_says_what_to_do_when_neither_import_nor_source_helps(tmp_path: Path
     assert "Traceback" not in added.stderr
     assert "importing broken.ops raised RuntimeError: no GPU" in added.stderr
     assert "__main__" in added.stderr
+
+
+ATTENTION = ADD_SOURCE + textwrap.dedent(
+    """
+    class _attention(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, causal, sm_scale, USE_TMA=True):
+            stage = 3 if causal else 1
+            ctx.sm_scale = sm_scale
+            return add(q, k) * sm_scale + v * stage
+
+
+    class LayerNorm(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, normalized_shape, weight, bias, eps):
+            return add(x, weight.expand_as(x)) + bias + eps
+
+
+    attention = _attention.apply
+    """
+)
+
+
+def test_add_asks_for_flags_and_scalars_instead_of_drawing_tensors(tmp_path: Path) -> None:
+    """``causal`` (tested as a condition) and ``sm_scale`` are not tensors of the shape; a
+    ``normalized_shape`` is the last dimension; both when the module imports and when it
+    raises at import (the signature read from source)."""
+    user_package(tmp_path, "ok", "attn", ATTENTION)
+    user_package(tmp_path, "gpu", "attn", ATTENTION.replace("import triton\n", NO_DRIVER, 1))
+    for package in ("ok", "gpu"):
+        out = tmp_path / package
+        for launcher in ("attn._attention.apply", "attn.attention", "attn.LayerNorm.apply"):
+            added = ktuned(
+                "registry",
+                "add",
+                f"{package}.{launcher}",
+                "--shape",
+                "Z=1,H=2,N=16,D=16",
+                "--name",
+                launcher.split(".")[1].lower(),
+                "--out",
+                out,
+                path=tmp_path,
+            )
+            assert added.returncode == 0, added.stdout + added.stderr
+            assert "TODO" in added.stdout or "layernorm" in launcher.lower()
+        for name in ("_attention", "attention"):
+            inputs = (out / name / "entry.py").read_text()
+            body = inputs.split("def make_inputs")[1]
+            assert "causal (a flag the launcher tests" in body, inputs
+            assert "sm_scale (a scalar" in body, inputs
+            assert "causal = rand" not in body and "sm_scale = rand" not in body
+            assert "USE_TMA" not in body
+        norm = (out / "layernorm" / "entry.py").read_text()
+        assert 'normalized_shape = (shape["D"],)' in norm and "NotImplementedError" not in norm

@@ -21,6 +21,7 @@ signature is read with :mod:`inspect`.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import re
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from tuned.errors import BadInputError
-from tuned.registry.scaffold_source import signature_from_source
+from tuned.registry.scaffold_source import signature_from_source, tested_params
 from tuned.registry.validate import canonical_dtype
 
 __all__ = ["AddedEntry", "add_entry", "infer_inputs", "parse_shape"]
@@ -42,6 +43,12 @@ _EPS = re.compile(r"eps|epsilon", re.I)
 _INDEX = re.compile(
     r"^(target|targets|label|labels|index|indices|idx|ids|input_ids|token_ids|class_ids)$",
     re.I,
+)
+#: A shape argument, as torch.nn.functional.layer_norm's: a tuple of the last dimension.
+_SHAPE = re.compile(r"^normalized_shape$")
+#: Scalars by name: a softmax scale (attention's ``sm_scale``), a temperature, a probability.
+_SCALAR = re.compile(
+    r"^((sm|softmax|qk|attn)_scale|scaling|temperature|softcap|dropout_p|p_drop(out)?)$", re.I
 )
 #: The names make_inputs binds itself (its parameters, the generator, its helpers, the
 #: import): an input named like one (fla's gate ``g``) gets a variable ``g_``, or it would
@@ -125,21 +132,36 @@ def _resolve(path: str) -> Any:
     )
 
 
-def _returns_nothing(target: Any) -> bool:
-    """True when the launcher's source is readable and has no ``return <value>``."""
-    import ast
+def _launcher_def(target: Any) -> ast.FunctionDef | None:
+    """The ``def`` that receives the inputs (an autograd Function's ``forward`` for its
+    ``apply``), parsed from its source; None when the source cannot be read."""
     import textwrap
 
-    from tuned.registry.launchers import returns_nothing
+    import torch
 
+    owner = getattr(target, "__self__", None)
+    if (
+        isinstance(owner, type)
+        and issubclass(owner, torch.autograd.Function)
+        and getattr(target, "__name__", "") == "apply"
+    ):
+        target = owner.forward
     wrapped = _function_of(target)
     function = getattr(wrapped, "__func__", wrapped)
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
     except (OSError, TypeError, SyntaxError):
-        return False
+        return None
     defs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
-    return bool(defs) and returns_nothing(defs[0])
+    return defs[0] if defs else None
+
+
+def _returns_nothing(target: Any) -> bool:
+    """True when the launcher's source is readable and has no ``return <value>``."""
+    from tuned.registry.launchers import returns_nothing
+
+    fn = _launcher_def(target)
+    return fn is not None and returns_nothing(fn)
 
 
 def _signature_params(target: Any) -> list[inspect.Parameter]:
@@ -189,9 +211,12 @@ def _function_of(target: Any) -> Any:
 
 
 def infer_inputs(
-    params: Sequence[inspect.Parameter], dims: Mapping[str, int]
+    params: Sequence[inspect.Parameter],
+    dims: Mapping[str, int],
+    flags: frozenset[str] = frozenset(),
 ) -> tuple[list[str], list[str]]:
-    """(lines of make_inputs' body that build each input, parameters it could not infer)."""
+    """(lines of make_inputs' body that build each input, parameters it could not infer).
+    ``flags``: parameters the launcher tests as conditions (``if causal:``), never tensors."""
     order = list(dims)
     full = ", ".join(f'shape["{d}"]' for d in order)
     last = f'shape["{order[-1]}"]'
@@ -217,6 +242,14 @@ def infer_inputs(
         taken.add(var)
         if p.name in dims:
             lines.append(f'{var} = shape["{p.name}"]')
+        elif p.name in flags:
+            todo.append(f"{p.name} (a flag the launcher tests: choose the value production uses)")
+            continue
+        elif _SHAPE.match(p.name):  # F.layer_norm's normalized_shape: the last dimension
+            lines.append(f"{var} = ({last},)")
+        elif _SCALAR.search(p.name):
+            todo.append(f"{p.name} (a scalar: choose the value production uses)")
+            continue
         elif _EPS.search(lowered):
             lines.append(f"{var} = 1e-6")
         elif _WEIGHT.match(p.name):
@@ -263,9 +296,12 @@ def infer_init(target: Any, dims: Mapping[str, int]) -> tuple[dict[str, str], li
 
 
 def _module_text(
-    path: str, params: Sequence[inspect.Parameter], dims: Mapping[str, int]
+    path: str,
+    params: Sequence[inspect.Parameter],
+    dims: Mapping[str, int],
+    flags: frozenset[str] = frozenset(),
 ) -> tuple[str, list[str]]:
-    body, todo = infer_inputs(params, dims)
+    body, todo = infer_inputs(params, dims, flags)
     signature = ", ".join(p.name for p in params)
     head = [
         f'"""Inputs for {path}, written by `ktuned registry add`.',
@@ -332,6 +368,7 @@ def add_entry(
                 "by hand (docs/registry.md)"
             ) from failed
         target, params, writes = None, list(read.params), read.returns_nothing
+        flags = read.flags
         note = (
             f"{failed}; its signature was read from the source instead. The worker imports "
             "the module too: tune where that import succeeds (e.g. on the GPU machine)"
@@ -339,6 +376,8 @@ def add_entry(
     else:
         params = _signature_params(target)
         writes = _returns_nothing(target)
+        fn = _launcher_def(target)
+        flags = tested_params(fn) if fn is not None else frozenset()
     entry_name = name or re.sub(
         r"[^a-z0-9_-]+", "-", path.split(".")[-1 if not path.endswith(".apply") else -2].lower()
     ).strip("-")
@@ -346,7 +385,7 @@ def add_entry(
     if (directory / "kernel.yaml").exists():
         raise BadInputError(f"{directory / 'kernel.yaml'} exists already; choose --name or --out")
     directory.mkdir(parents=True, exist_ok=True)
-    module, todo = _module_text(path, params, shapes[0])
+    module, todo = _module_text(path, params, shapes[0], flags)
     (directory / "entry.py").write_text(module, encoding="utf-8")
     rows = []
     for i, s in enumerate(shapes):

@@ -22,7 +22,7 @@ from tuned.registry.launchers import launcher_definition, returns_nothing
 from tuned.registry.problems import Problems
 from tuned.registry.source import outline_module
 
-__all__ = ["SourceSignature", "signature_from_source"]
+__all__ = ["SourceSignature", "signature_from_source", "tested_params"]
 
 #: Annotations ``infer_inputs`` tells apart, by the name written in the source.
 _ANNOTATIONS: dict[str, object] = {"int": int, "float": float, "bool": bool, "str": str}
@@ -34,6 +34,22 @@ class SourceSignature:
 
     params: tuple[inspect.Parameter, ...]  # the inputs' parameters (``ctx``/``self`` left out)
     returns_nothing: bool
+    flags: frozenset[str]  # parameters tested as conditions (:func:`tested_params`)
+
+
+def tested_params(fn: ast.FunctionDef) -> frozenset[str]:
+    """The parameters of ``fn`` it tests as conditions, directly (``if causal:``, ``3 if causal
+    else 1``, ``not causal``, ``causal and ...``, ``assert causal``): flags, never tensors."""
+    names = {a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]}
+    tests: list[ast.expr] = []
+    for node in ast.walk(fn):
+        if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)):
+            tests.append(node.test)
+        elif isinstance(node, ast.BoolOp):
+            tests.extend(node.values)
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            tests.append(node.operand)
+    return frozenset(t.id for t in tests if isinstance(t, ast.Name) and t.id in names)
 
 
 def _annotation(node: ast.expr | None) -> object:
@@ -104,4 +120,8 @@ def signature_from_source(dotted: str) -> SourceSignature | None:
     fn, skip = launcher_definition(source, outline, qualname)
     if fn is None:
         return None
-    return SourceSignature(params=tuple(_parameters(fn, skip)), returns_nothing=returns_nothing(fn))
+    return SourceSignature(
+        params=tuple(_parameters(fn, skip)),
+        returns_nothing=returns_nothing(fn),
+        flags=tested_params(fn),
+    )
