@@ -31,3 +31,15 @@ def test_a_failure_in_the_entry_or_in_torch_still_says_fix_the_entry() -> None:
     ):
         note = original_fails(Outcome.RUNTIME_ERROR, reason)
         assert note.endswith("fix the entry, nothing was tuned"), note
+
+
+def test_no_driver_at_import_is_told_apart_from_an_autotuner_benchmarking() -> None:
+    """Module-level ``triton.runtime.driver.active.get_active_torch_device()`` (as Triton's
+    own tutorials have) raises "0 active drivers" while the worker imports the module: the
+    note said the autotuner could not benchmark its configs, which the module may not have."""
+    reason = "RuntimeError: 0 active drivers ([]). There should only be one.\n"
+    at_import = original_fails(Outcome.RUNTIME_ERROR, reason, "load")
+    assert "while its module is imported" in at_import and "__main__" in at_import
+    assert "autotuner" not in at_import
+    later = original_fails(Outcome.RUNTIME_ERROR, reason, "compile")
+    assert "autotuner with several configs" in later

@@ -28,8 +28,17 @@ from tuned.store.base import TrialRow
 _NO_DRIVER = "active drivers"
 
 
-def original_fails(outcome: Outcome, reason: str) -> str:
-    """The campaign's note when the original does not run: what to do about it."""
+def original_fails(outcome: Outcome, reason: str, phase: str = "") -> str:
+    """The campaign's note when the original does not run: what to do about it. ``phase``:
+    the worker's phase it failed in (``load``: importing the module)."""
+    if _NO_DRIVER in reason and phase == "load":
+        return (
+            f"the original fails ({outcome.value}: {reason.strip()}) while its module is "
+            "imported: module-level code asks for a GPU driver (e.g. triton.runtime.driver."
+            "active.get_active_torch_device(), or a test or benchmark run at import), which "
+            "Triton's interpreter does not have: tune this entry on a GPU, or move that code "
+            'under `if __name__ == "__main__":`; nothing was tuned'
+        )
     if _NO_DRIVER in reason:
         return (
             f"the original fails ({outcome.value}: {reason}); Triton's interpreter cannot "
@@ -121,7 +130,9 @@ class Campaign(SpeculatingCampaign):
             self._hardware_feedback()
             return first
         if baseline.result.outcome is not Outcome.OK:
-            self.note = original_fails(baseline.result.outcome, baseline.result.reason)
+            self.note = original_fails(
+                baseline.result.outcome, baseline.result.reason, baseline.result.phase
+            )
             return None
         done = sum(1 for t in trials if t.provenance is not Provenance.ORIGINAL)
         if self.settings.budget is not None and done >= self.settings.budget:
@@ -208,7 +219,9 @@ class Campaign(SpeculatingCampaign):
         if baseline is None:
             return []
         if baseline.result.outcome is not Outcome.OK:
-            self.note = original_fails(baseline.result.outcome, baseline.result.reason)
+            self.note = original_fails(
+                baseline.result.outcome, baseline.result.reason, baseline.result.phase
+            )
             return []
         done = sum(1 for t in trials if t.provenance is not Provenance.ORIGINAL)
         if self.settings.budget is not None:
