@@ -299,3 +299,78 @@ def test_add_names_inputs_apart_from_make_inputs_own_names() -> None:
     again = make_inputs({"T": 4, "D": 8}, torch.float32, "cpu", 0)
     for a, b in zip(inputs, again, strict=True):
         torch.testing.assert_close(a, b)
+
+
+_FUNCTIONS = textwrap.dedent(
+    """
+    import torch
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def _scale(X, Y, n, factor, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(Y + offs, tl.load(X + offs, mask=mask) * factor, mask=mask)
+
+
+    def _launch(x, factor, BLOCK):
+        y = torch.empty_like(x)
+        _scale[(triton.cdiv(x.numel(), BLOCK),)](x, y, x.numel(), factor, BLOCK=BLOCK)
+        return y
+
+
+    class Double(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            BLOCK = 256
+            ctx.BLOCK = BLOCK  # the backward launches with the forward's block
+            return _launch(x, 2.0, BLOCK)
+
+        @staticmethod
+        def backward(ctx, dy):
+            return _launch(dy, 2.0, ctx.BLOCK)
+
+
+    class Inference(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            BLOCK = 256
+            return _launch(x, 2.0, BLOCK)
+    """
+)
+
+
+def test_add_checks_an_autograd_functions_gradients(tmp_path: Path) -> None:
+    """``Fn.apply`` of an autograd Function with its own backward: the entry checks the input
+    gradients too (``backward: true``), so a knob the forward saves on ``ctx`` for the
+    backward is never tuned blind to it; a Function without a backward stays forward-only."""
+    user_package(tmp_path, "userfns", "ops", _FUNCTIONS)
+    for launcher, name in (
+        ("userfns.ops.Double.apply", "double"),
+        ("userfns.ops.Inference.apply", "inference"),
+    ):
+        added = ktuned(
+            "registry",
+            "add",
+            launcher,
+            "--shape",
+            "N=3000",
+            "--dtype",
+            "float32",
+            "--out",
+            tmp_path / "registry",
+            "--name",
+            name,
+            path=tmp_path,
+        )
+        assert added.returncode == 0, added.stderr
+    double = (tmp_path / "registry" / "double" / "kernel.yaml").read_text()
+    assert "\nbackward: true\n" in double, double
+    inference = (tmp_path / "registry" / "inference" / "kernel.yaml").read_text()
+    assert "\nbackward:" not in inference, inference
+    check = ktuned("registry", "check", tmp_path / "registry" / "double", path=tmp_path)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "knob   BLOCK:" in check.stdout, check.stdout
+    assert_tunes(tmp_path / "registry" / "double", "double", tmp_path)

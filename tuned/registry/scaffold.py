@@ -156,6 +156,29 @@ def _launcher_def(target: Any) -> ast.FunctionDef | None:
     return defs[0] if defs else None
 
 
+def _has_own_backward(target: Any) -> bool:
+    """Whether ``target`` is an autograd Function's ``apply`` whose class defines ``backward``
+    (rather than inheriting the one that raises): training calls it, so the entry checks it.
+    Forward-only, a knob the forward saves on ``ctx`` would be tuned without its effect on the
+    gradients (Triton's layer-norm tutorial keeps its forward's ``BLOCK_SIZE`` for a backward
+    kernel that needs a whole row in one block)."""
+    import torch
+
+    owner = getattr(target, "__self__", None)
+    return (
+        isinstance(owner, type)
+        and issubclass(owner, torch.autograd.Function)
+        and getattr(target, "__name__", "") == "apply"
+        and any(
+            "backward" in vars(c)
+            for c in owner.__mro__
+            if c is not torch.autograd.Function
+            and issubclass(c, torch.autograd.Function)
+            and c.__module__.split(".")[0] != "torch"
+        )
+    )
+
+
 def _returns_nothing(target: Any) -> bool:
     """True when the launcher's source is readable and has no ``return <value>``."""
     from tuned.registry.launchers import returns_nothing
@@ -411,6 +434,12 @@ def add_entry(
     if init_todo:
         todo += init_todo
         yaml.append("# TODO: the constructor's other required arguments, e.g. init: {name: 4}")
+    if _has_own_backward(target):
+        yaml += [
+            "# An autograd Function: its input gradients are checked too (a knob its forward",
+            "# saves for backward changes them). Without this line only the forward runs.",
+            "backward: true",
+        ]
     if writes:
         todo.append("outputs (the launcher returns nothing: list the arguments it writes)")
         yaml.insert(5, "# TODO: the launcher returns nothing; name what it writes, e.g.")
