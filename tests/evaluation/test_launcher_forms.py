@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import has_gpu
 from tuned.errors import RegistryError
 from tuned.evaluation import EvaluationSettings, WorkerClient
 from tuned.outcomes import Candidate, Outcome, Provenance
@@ -320,3 +321,70 @@ def test_call_fields_are_validated(tmp_path: Path) -> None:
     text = str(info.value)
     for field in ("outputs[1]", "backward[0]", "init"):
         assert f"field '{field}'" in text, text
+
+
+_WARMUP_ENTRY = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _row_scale(x_ptr, out_ptr, n_cols, BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK_SIZE)
+    mask = offs < n_cols
+    x = tl.load(x_ptr + row * n_cols + offs, mask=mask)
+    tl.store(out_ptr + row * n_cols + offs, x * 3.0, mask=mask)
+
+
+def run(x):
+    n_rows, n_cols = x.shape
+    BLOCK_SIZE = triton.next_power_of_2(n_cols)
+    num_warps = 8
+    y = torch.empty_like(x)
+    kernel = _row_scale.warmup(
+        x, y, n_cols, BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps, grid=(1,)
+    )
+    kernel._init_handles()
+    kernel[(n_rows, 1, 1)](x, y, n_cols, BLOCK_SIZE)  # constexprs too, as the tutorial
+    return y
+
+
+def make_inputs(shape, dtype, device, seed):
+    g = torch.Generator(device=device).manual_seed(seed)
+    return (torch.randn(shape["M"], shape["N"], generator=g, device=device).to(dtype),)
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not has_gpu(), reason="needs an NVIDIA GPU")
+def test_a_kernel_compiled_with_warmup_and_launched_compiled_is_checked(tmp_path: Path) -> None:
+    """Triton's fused-softmax tutorial compiles with ``kernel.warmup(...)`` and launches the
+    ``CompiledKernel``: those launches count as the candidate's (the guard refused the
+    original as launching no kernel), its knobs are the warmup's, and a wrong kernel is
+    caught."""
+    directory = tmp_path / "reg" / "rows"
+    directory.mkdir(parents=True)
+    (directory / "rows.py").write_text(_WARMUP_ENTRY)
+    (directory / "kernel.yaml").write_text(
+        "name: rows\nmodule: rows.py\nlauncher: run\ninputs: make_inputs\n"
+        "shapes:\n  - {M: 64, N: 1000, perf: true}\n  - {M: 3, N: 17}\ndtypes: [float32]\n"
+    )
+    spec = load_entry(directory)
+    assert {"BLOCK_SIZE", "num_warps"} <= set(spec.knobs)
+    settings = EvaluationSettings(interpreter=False)
+    with WorkerClient(workdir=tmp_path / "w", settings=settings) as client:
+        original = Candidate(
+            kernel=spec.name,
+            generation=spec.generation,
+            source=spec.module_source,
+            knobs=dict(spec.baseline_knobs),
+            provenance=Provenance.ORIGINAL,
+        )
+        result = client.evaluate(spec, original)
+        assert result.outcome is Outcome.OK, result.reason
+        moved = _candidate(spec, spec.module_source, {**spec.baseline_knobs, "num_warps": 4})
+        assert client.evaluate(spec, moved).outcome is Outcome.OK
+        wrong = _candidate(spec, spec.module_source.replace("x * 3.0", "x * 2.0"), {})
+        assert client.evaluate(spec, wrong).outcome is Outcome.INCORRECT

@@ -684,3 +684,54 @@ def test_a_block_that_is_the_caller_s_chunk_size_is_not_a_knob() -> None:
         found = discover_source(CHUNKED.replace("BT = chunk_size", binding), "run")
         assert found is not None
         assert {"/2", "x1", "x2"} <= set(found.knobs.get("BT", ())), (binding, found.knobs)
+
+
+# Triton's fused-softmax tutorial's way: compile ahead with `kernel.warmup(..., grid=...)`,
+# keep the CompiledKernel, launch it with `compiled[grid](...)`.
+WARMUP_SOURCE = (
+    HEADER
+    + """
+@triton.jit
+def _row_copy(x_ptr, out_ptr, n_cols, BLOCK_SIZE: tl.constexpr, num_stages: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK_SIZE)
+    x = tl.load(x_ptr + row * n_cols + offs, mask=offs < n_cols)
+    tl.store(out_ptr + row * n_cols + offs, x, mask=offs < n_cols)
+
+
+def run(x):
+    n_rows, n_cols = x.shape
+    BLOCK_SIZE = triton.next_power_of_2(n_cols)
+    num_warps = 8
+    num_stages = 4 if n_cols > 100000 else 2
+    y = torch.empty_like(x)
+    kernel = _row_copy.warmup(
+        x, y, n_cols, BLOCK_SIZE=BLOCK_SIZE, num_stages=num_stages, num_warps=num_warps,
+        grid=(1,),
+    )
+    kernel._init_handles()
+    kernel[(n_rows, 1, 1)](x, y, n_cols, BLOCK_SIZE, num_stages)
+    return y
+"""
+)
+
+
+def test_a_kernel_compiled_ahead_with_warmup_gets_its_knobs() -> None:
+    """``k.warmup(..., BLOCK_SIZE=..., num_warps=..., grid=...)`` compiles the kernel that the
+    launcher then launches as a ``CompiledKernel``: the warmup's arguments are the knobs (the
+    note said there was no launch, and the space was empty), and the generated copy writes
+    the candidate's values there."""
+    from tuned.registry.injection import materialize
+
+    found = discover_source(WARMUP_SOURCE, "run")
+    assert found is not None
+    assert {"BLOCK_SIZE", "num_warps", "num_stages"} <= set(found.knobs), [
+        n.reason for n in found.notices
+    ]
+    assert found.baseline["num_warps"] == 8
+    # A one-pass row kernel: its block never shrinks below the row.
+    assert all(not str(v).startswith("/") for v in found.knobs["BLOCK_SIZE"]), found.knobs
+    copy, rest = materialize(WARMUP_SOURCE, "run", {"num_warps": 4, "BLOCK_SIZE": "x2"})
+    assert not rest
+    assert "num_warps = 4" in copy or "num_warps=4" in copy, copy
+    assert "BLOCK_SIZE" in copy and copy != WARMUP_SOURCE

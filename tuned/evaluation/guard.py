@@ -264,6 +264,41 @@ class Guard:
                 return compiled
 
             self._patch(cls, "run", run)
+        self._patch_compiled_launches()
+
+    def _patch_compiled_launches(self) -> None:
+        """Launches of a ``CompiledKernel`` (what ``kernel.warmup(...)`` returns; launched as
+        ``compiled[grid](...)``, as Triton's fused-softmax tutorial does) skip
+        ``JITFunction.run``: they are counted here, by the module of the kernel compiled."""
+        try:
+            from triton.compiler.compiler import CompiledKernel
+        except ImportError:  # pragma: no cover - every supported Triton has it
+            return
+        original = CompiledKernel.__getitem__
+
+        def getitem(compiled: Any, grid: Any, _original: Any = original) -> Any:
+            launch = _original(compiled, grid)
+            jit = getattr(getattr(compiled, "src", None), "fn", None)
+            fn = getattr(jit, "fn", None)
+            module = str(getattr(fn, "__module__", "") or "")
+            if module not in self.candidate_modules:
+                if module:
+                    self.foreign_launches.add(module)
+                return launch
+
+            def counted(*args: Any, **kwargs: Any) -> Any:
+                if launch_has_work(jit, args, {"grid": grid}):
+                    self.launches += 1
+                else:
+                    self.empty_launches += 1
+                facts = compile_facts(compiled)
+                if facts is not None:
+                    self.compiled[(module, getattr(fn, "__name__", "?"))] = facts
+                return launch(*args, **kwargs)
+
+            return counted
+
+        self._patch(CompiledKernel, "__getitem__", getitem)
 
     def _patch_allocations(self) -> None:
         import torch

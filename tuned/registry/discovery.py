@@ -42,6 +42,7 @@ from tuned.registry.call_graph import imported_callees, reachable
 from tuned.registry.kernel_facts import KernelFacts, kernel_facts
 from tuned.registry.kernel_sources import (
     imported_kernels,
+    launch_site,
     launched_name,
     launcher_functions,
     module_functions,
@@ -193,13 +194,11 @@ class _Finder:
         for fn in scanned:
             local = local_bindings(fn)
             for node in ast.walk(fn):
-                if (
-                    isinstance(node, ast.Call)
-                    and isinstance(node.func, ast.Subscript)
-                    and (name := launched_name(node.func.value)) in self.kernels
-                ):
+                launch = launch_site(node)
+                if launch is not None and (name := launched_name(launch[0])) in self.kernels:
+                    assert isinstance(node, ast.Call)
                     sites += 1
-                    self.site(fn, local, node, self.kernels[name])
+                    self.site(fn, local, node, self.kernels[name], launch[1])
         if not sites:
             names = ", ".join(f.name for f in self.launchers)
             elsewhere = imported_callees(self.tree, self.module, scanned, self.kernels)
@@ -223,7 +222,14 @@ class _Finder:
 
     # -- one launch
 
-    def site(self, fn: ast.FunctionDef, local: Local, call: ast.Call, kernel: KernelFacts) -> None:
+    def site(
+        self,
+        fn: ast.FunctionDef,
+        local: Local,
+        call: ast.Call,
+        kernel: KernelFacts,
+        grid_expr: ast.expr | None,
+    ) -> None:
         bound: list[tuple[str, ast.expr]] = []
         opaque = False  # a **mapping whose keys are unknown
         for index, arg in enumerate(call.args):
@@ -237,13 +243,16 @@ class _Finder:
                 bound.extend(local.dicts[kw.value.id].items())
             else:
                 opaque = True
-        grid = names_in(call.func.slice) if isinstance(call.func, ast.Subscript) else set()
+        grid = names_in(grid_expr) if grid_expr is not None else set()
         nested = {n.name: n for n in fn.body if isinstance(n, ast.FunctionDef)}
         for name in list(grid):  # through the launcher's own bindings of the grid
             for _, value in local.fresh.get(name, []):
                 grid |= names_in(value) if value is not None else set()
             if name in nested:  # def grid(META): return (triton.cdiv(n, META["BLOCK"]),)
                 grid |= names_in(nested[name])
+        if kernel.autotune is not None and not isinstance(call.func, ast.Subscript):
+            self.note(call, f"{kernel.name}.warmup(...) of an autotuned kernel is not tuned")
+            return
         if kernel.autotune is not None:
             self.autotuned(call, kernel, grid)
         if kernel.heuristics is not None and kernel.foreign:

@@ -25,6 +25,7 @@ __all__ = [
     "alias_of",
     "dotted_name",
     "imported_kernels",
+    "launch_site",
     "launched_kernel",
     "launched_name",
     "launcher_functions",
@@ -180,6 +181,22 @@ def launched_kernel(node: ast.expr) -> ast.expr:
     ):
         return node.args[0]
     return node
+
+
+def launch_site(node: ast.AST) -> tuple[ast.expr, ast.expr | None] | None:
+    """(kernel expression, grid expression) of a call that launches or compiles a kernel with
+    its arguments: ``k[grid](...)``, or ``k.warmup(..., grid=g)`` (Triton's ahead-of-time
+    compile, whose knobs the returned ``CompiledKernel`` then launches with, as Triton's
+    fused-softmax tutorial does); None for any other node."""
+    if not isinstance(node, ast.Call):
+        return None
+    func = node.func
+    if isinstance(func, ast.Subscript):
+        return func.value, func.slice
+    if isinstance(func, ast.Attribute) and func.attr == "warmup":
+        grid = next((kw.value for kw in node.keywords if kw.arg == "grid"), None)
+        return func.value, grid
+    return None
 
 
 def launched_name(node: ast.expr) -> str:
