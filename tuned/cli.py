@@ -515,8 +515,14 @@ def _best(args: argparse.Namespace) -> int:
             raise BadInputError(f"no kernel {args.kernel!r} in the store (known: {names})")
         best = store.best(args.kernel)
         if best is None:
+            kernel = store.kernel(args.kernel)
+            failed = kernel is not None and _original_failure(
+                store, args.kernel, kernel.generation
+            )
             raise BadInputError(
-                f"{args.kernel} has no successful evaluation yet; run `ktuned tune` first"
+                f"{args.kernel} has no successful evaluation: {failed}; see `ktuned status`"
+                if failed
+                else f"{args.kernel} has no successful evaluation yet; run `ktuned tune` first"
             )
         stored = store.source(best.source_hash)
         if stored is None or source_hash(stored) != best.source_hash:

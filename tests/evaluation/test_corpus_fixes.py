@@ -79,3 +79,8 @@ def test_status_says_the_original_failed(tmp_path: Path, write_entry: WriteEntry
     row = next(line for line in status.stdout.splitlines() if line.startswith("broken"))
     assert "none" not in row.split("  ")[-1]
     assert "the original failed: runtime_error" in row and "boom" in row
+    # `best` says why there is none, rather than to run a tune that has run
+    best = ktuned("best", "broken", state=state)
+    assert best.returncode != 0
+    assert "the original failed: runtime_error" in best.stderr and "boom" in best.stderr
+    assert "run `ktuned tune` first" not in best.stderr, best.stderr
