@@ -516,9 +516,7 @@ def _best(args: argparse.Namespace) -> int:
         best = store.best(args.kernel)
         if best is None:
             kernel = store.kernel(args.kernel)
-            failed = kernel is not None and _original_failure(
-                store, args.kernel, kernel.generation
-            )
+            failed = kernel is not None and _original_failure(store, args.kernel, kernel.generation)
             raise BadInputError(
                 f"{args.kernel} has no successful evaluation: {failed}; see `ktuned status`"
                 if failed
