@@ -735,3 +735,40 @@ def test_a_kernel_compiled_ahead_with_warmup_gets_its_knobs() -> None:
     assert not rest
     assert "num_warps = 4" in copy or "num_warps=4" in copy, copy
     assert "BLOCK_SIZE" in copy and copy != WARMUP_SOURCE
+
+
+SAVED_FOR_BACKWARD = (
+    HEADER
+    + COPY_KERNEL
+    + """
+
+class Copy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        BLOCK = 256
+        out = torch.empty_like(x)
+        _copy[(triton.cdiv(x.numel(), BLOCK),)](x, out, x.numel(), BLOCK=BLOCK, num_warps=4)
+        ctx.BLOCK = BLOCK
+        return out
+
+    @staticmethod
+    def backward(ctx, dy):
+        dx = torch.empty_like(dy)
+        _copy[(triton.cdiv(dy.numel(), ctx.BLOCK),)](dy, dx, dy.numel(), BLOCK=ctx.BLOCK)
+        return dx
+"""
+)
+
+
+def test_a_forward_only_entry_is_told_which_knobs_the_backward_reads() -> None:
+    """A knob the forward saves on ``ctx`` reaches the backward: an entry that checks the
+    forward only (no ``backward:``) gets a note saying so; ``num_warps``, not saved, none."""
+    forward_only = discover_source(SAVED_FOR_BACKWARD, "Copy.apply", backward=False)
+    assert forward_only is not None and "BLOCK" in forward_only.knobs
+    reasons = [n.reason for n in forward_only.notices]
+    assert any(r.startswith("BLOCK is saved for the backward pass (ctx.BLOCK)") for r in reasons)
+    assert not any(r.startswith("num_warps") for r in reasons), reasons
+    checked = discover_source(SAVED_FOR_BACKWARD, "Copy.apply", backward=True)
+    assert checked is not None and not any(
+        "saved for the backward" in n.reason for n in checked.notices
+    )

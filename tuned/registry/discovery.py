@@ -33,7 +33,7 @@ which kernels each knob reaches).
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tuned.registry.autotune import AUTO, AutotuneSpace, autotune_space, autotune_values
@@ -583,7 +583,8 @@ def discover_knobs(
     found = _Finder(functions, [launcher], module, imported, tree).run()
     if backward:
         return found
-    return _forward_only(found, _Finder(functions, [launcher], module, imported, tree, False).run())
+    forward = _Finder(functions, [launcher], module, imported, tree, False).run()
+    return _forward_only(found, forward, [launcher])
 
 
 def discover_source(
@@ -611,10 +612,37 @@ def discover_source(
     if backward:
         return found
     forward = launcher_functions(tree, launcher, backward=False)
-    return _forward_only(found, _Finder(functions, forward, module, imported, tree, False).run())
+    return _forward_only(
+        found, _Finder(functions, forward, module, imported, tree, False).run(), forward
+    )
 
 
-def _forward_only(found: Discovery, forward: Discovery) -> Discovery:
+def _saved_for_backward(defs: Sequence[ast.FunctionDef]) -> dict[str, str]:
+    """Names an autograd Function's ``forward`` saves on ``ctx`` (its first parameter, named
+    ``ctx``), with the attribute each goes to: ``ctx.BLOCK_SIZE = BLOCK_SIZE`` gives
+    ``{"BLOCK_SIZE": "ctx.BLOCK_SIZE"}``; what its backward reads back."""
+    saved: dict[str, str] = {}
+    for fn in defs:
+        args = [*fn.args.posonlyargs, *fn.args.args]
+        if not args or args[0].arg != "ctx":
+            continue
+        for node in ast.walk(fn):
+            if not isinstance(node, ast.Assign):
+                continue
+            for target in node.targets:
+                if (
+                    isinstance(target, ast.Attribute)
+                    and isinstance(target.value, ast.Name)
+                    and target.value.id == "ctx"
+                ):
+                    for name in names_in(node.value):
+                        saved.setdefault(name, f"ctx.{target.attr}")
+    return saved
+
+
+def _forward_only(
+    found: Discovery, forward: Discovery, defs: Sequence[ast.FunctionDef] = ()
+) -> Discovery:
     """``found`` without the knobs that reach only kernels ``forward`` (the same discovery,
     following autograd Functions into ``forward`` only) never launches: an entry that does
     not run the backward pass does not tune its kernels (every such candidate would time the
@@ -622,9 +650,23 @@ def _forward_only(found: Discovery, forward: Discovery) -> Discovery:
     (:func:`tuned.registry.injection.materialize`, discovering in full) are written from."""
     launched = frozenset().union(*forward.reach.values()) if forward.reach else frozenset()
     keep = {k for k in found.knobs if k not in found.reach or found.reach[k] & launched}
+    notices = list(found.notices)
+    saved = _saved_for_backward(defs)
+    for knob in sorted(keep):
+        names = {knob.rpartition(".")[2], *(site.target for site in found.sites.get(knob, ()))}
+        where = next((saved[n] for n in sorted(names) if n in saved), None)
+        if where is not None:
+            notices.append(
+                Notice(
+                    line=defs[0].lineno,
+                    reason=f"{knob} is saved for the backward pass ({where}) and this entry "
+                    "checks the forward only: a variant can change the gradients unseen; "
+                    "set `backward: true` to check them",
+                )
+            )
     return Discovery(
         knobs={k: v for k, v in found.knobs.items() if k in keep},
-        notices=list(found.notices),
+        notices=notices,
         baseline={k: v for k, v in found.baseline.items() if k in keep},
         sites={k: v for k, v in found.sites.items() if k in keep},
         reach={k: v for k, v in found.reach.items() if k in keep},
