@@ -10,6 +10,7 @@ import argparse
 import json
 import logging
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -96,6 +97,15 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"search policy (default: {DEFAULT_POLICY})",
     )
     tune.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    tune.add_argument(
+        "--time-limit",
+        type=_timeout_s,
+        default=None,
+        metavar="SECONDS",
+        help="start no candidate after this many seconds: what is in flight finishes, then "
+        "the claims are settled and shown as after a full run; a rerun continues "
+        "(default: none, every budget is spent)",
+    )
     tune.add_argument(
         "--device",
         choices=("auto", "gpu", "interpreter"),
@@ -363,7 +373,12 @@ def _tune(args: argparse.Namespace) -> int:
         sandbox=SandboxSettings(mode=args.sandbox, hidden=(state,)),
         gpu_turn=EvaluationSettings.turn_choice(args.gpu_turn),
     )
-    settings = TuneSettings(budget=args.budget, policy=args.policy, seed=args.seed)
+    settings = TuneSettings(
+        budget=args.budget,
+        policy=args.policy,
+        seed=args.seed,
+        deadline=None if args.time_limit is None else time.monotonic() + args.time_limit,
+    )
     progress: list[Progress] = []
 
     def on_start(total: int) -> OnResult:

@@ -5,6 +5,7 @@ incumbent, the knob space, the policy (created or restored) and the summary.
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -45,11 +46,17 @@ if TYPE_CHECKING:  # the LLM client is imported only where an LLM is configured
 class TuneSettings:
     """``budget``: evaluated candidates (besides the baseline) each kernel generation should
     have on this machine's fingerprint; a rerun continues up to it. ``None``: no limit (the
-    daemon), until the knob space is exhausted."""
+    daemon), until the knob space is exhausted. ``deadline``: a :func:`time.monotonic` time
+    after which no campaign proposes or starts anything more (``ktuned tune --time-limit``):
+    what is in flight finishes, and the run ends as if every budget were reached."""
 
     budget: int | None
     policy: str = DEFAULT_POLICY
     seed: int = 0
+    deadline: float | None = None
+
+    def out_of_time(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
 
 
 @dataclass

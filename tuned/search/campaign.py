@@ -26,6 +26,8 @@ from tuned.store.base import TrialRow
 
 #: What Triton's interpreter says when an autotuner with several configs benchmarks them.
 _NO_DRIVER = "active drivers"
+#: A campaign's note when ``TuneSettings.deadline`` passed (``ktuned tune --time-limit``).
+_OUT_OF_TIME = "stopped by the time limit after {done} candidate(s); a rerun continues"
 
 
 def original_fails(outcome: Outcome, reason: str, phase: str = "") -> str:
@@ -120,6 +122,9 @@ class Campaign(SpeculatingCampaign):
         if baseline is None:
             if self.spec.reference_only:
                 return self._reference_baseline()
+            if self.settings.out_of_time():
+                self.note = _OUT_OF_TIME.format(done=0)
+                return None
             first_candidate = self._baseline_candidate()
             first_claim = Suggestion(knobs=first_candidate.knobs, strategy="original")
             if not self._claim(first_candidate, first_claim):
@@ -136,6 +141,9 @@ class Campaign(SpeculatingCampaign):
             return None
         done = sum(1 for t in trials if t.provenance is not Provenance.ORIGINAL)
         if self.settings.budget is not None and done >= self.settings.budget:
+            return None
+        if self.settings.out_of_time():
+            self.note = _OUT_OF_TIME.format(done=done)
             return None
         if self._policy is None:
             self._policy = self._load_policy()
@@ -224,6 +232,9 @@ class Campaign(SpeculatingCampaign):
             )
             return []
         done = sum(1 for t in trials if t.provenance is not Provenance.ORIGINAL)
+        if self.settings.out_of_time():
+            self.note = _OUT_OF_TIME.format(done=done)
+            return []
         if self.settings.budget is not None:
             size = min(size, self.settings.budget - done - len(pending))
         if size <= 0:
