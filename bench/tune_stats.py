@@ -2,7 +2,7 @@
 
     python bench/tune_stats.py examples/registry --budget 40 --state-dir /tmp/ktuned-show
            [--device auto] [--no-referee | --referee-only] [--out tune_stats.json]
-           [--tune-timeout S] [--referee-timeout S]
+           [--tune-timeout S] [--referee-timeout S] [--time-limit S]
 
 Runs ``ktuned tune REGISTRY --budget N --state-dir DIR`` (a subprocess: exactly the user's
 command; the state directory should be fresh) and prints its output and total wall, then,
@@ -17,7 +17,9 @@ table and wall. While each runs, GPU 0's state is sampled through NVML twice a s
 clock, power, temperature, clock-limiting reasons): the campaign's speedups and the
 referee's, taken minutes apart, may differ because the GPU ran at other clocks (the H100's
 matmul claims came out 2-6 % below the referee's while layer_norm's agreed). Everything also
-goes to ``--out`` as JSON.
+goes to ``--out`` as JSON. ``--time-limit S`` bounds the run the way a user would
+(``ktuned tune --time-limit``: it then settles, so the claims the referee checks are the
+settled ones); ``--tune-timeout S`` stops it by SIGINT (unsettled: the campaign's figures).
 """
 
 from __future__ import annotations
@@ -257,6 +259,11 @@ def main() -> None:
     )
     parser.add_argument("--referee-timeout", type=float, default=None, help="seconds")
     parser.add_argument(
+        "--time-limit",
+        default=None,
+        help="ktuned tune --time-limit: no candidate after that many seconds, then its settling",
+    )
+    parser.add_argument(
         "--gpu-turn", choices=("auto", "yes", "no"), default="auto", help="ktuned tune --gpu-turn"
     )
     parser.add_argument("--out", type=Path, default=Path("tune_stats.json"))
@@ -277,6 +284,7 @@ def main() -> None:
                 "--state-dir",
                 state,
                 f"--gpu-turn={args.gpu_turn}",
+                *(["--time-limit", args.time_limit] if args.time_limit else []),
                 timeout=args.tune_timeout,
             )
         print(tune.stdout)
