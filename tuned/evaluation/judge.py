@@ -123,7 +123,7 @@ class Evaluation:
         self.kernel = request["kernel"]
         self.correctness_only = correctness_only  # a spare's preparation: no benchmark
         #: The client's GPU turn (tuned.evaluation.gpu_turn): the benchmark phase holds it,
-        #: a spare's preparation takes it case by case.
+        #: so do an original's checks, case by case, and a spare's preparation (shared).
         self.turn = turn or GpuTurn()
         self._turn_before = (self.turn.waited_s, self.turn.went_without)
         #: A spare's preparation asks before each case whether to give up (taken over for
