@@ -7,6 +7,7 @@ no GPU, so the cache-hit contract with the GPU worker is tested here too.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -364,3 +365,33 @@ def test_compile_processes_run_below_the_daemon_and_the_gpu_worker(
     assert niceness == {min(19, mine + COMPILE_NICENESS)}, (mine, niceness)
     # and under SCHED_IDLE: a waking judge or runner takes the core at once
     assert policies == {os.SCHED_IDLE}, policies
+
+
+# A persistent kernel: one program per SM, the count read from its input's device.
+_PERSISTENT_ADD = ADD_SOURCE.replace(
+    "_add[(triton.cdiv(n, BLOCK),)](x, y, out, n, BLOCK=BLOCK, num_warps=num_warps)",
+    "sms = torch.cuda.get_device_properties(x.device).multi_processor_count\n"
+    "    _add[(min(sms, triton.cdiv(n, BLOCK)),)](x, y, out, n, BLOCK=BLOCK, num_warps=num_warps)",
+)
+
+
+@needs_compiler
+def test_a_launcher_reading_its_devices_properties_is_compiled_ahead(
+    tmp_path: Path, write_entry: WriteEntry
+) -> None:
+    """``torch.cuda.get_device_properties(x.device)`` on the pool's meta inputs is answered
+    with the GPU worker's device (sent with the target): the pool stopped there ("Expected a
+    cuda device, but got: meta", Liger's DyT backward) and the worker compiled it instead."""
+    assert _PERSISTENT_ADD != ADD_SOURCE
+    spec = load_entry(write_entry(source=_PERSISTENT_ADD))
+    target = dataclasses.replace(
+        H100, device_properties={"name": "NVIDIA H100", "multi_processor_count": 132}
+    )
+    assert CompileTarget.from_dict(target.to_dict()) == target  # as the worker sends it
+    with _compile_pool(tmp_path, target=target) as pool:
+        done = pool.submit(spec, _candidate(spec, BLOCK=256, num_warps=4)).result(timeout=240)
+    assert done.compiled, done.result.metadata
+    assert done.result.metadata["specializations"] >= 1, done.result.metadata
+    with _compile_pool(tmp_path / "without", target=H100) as pool:  # no properties: as before
+        stopped = pool.submit(spec, _candidate(spec, BLOCK=256, num_warps=4)).result(timeout=240)
+    assert not stopped.compiled and "stopped at" in stopped.result.metadata["note"]

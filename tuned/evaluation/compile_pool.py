@@ -84,15 +84,21 @@ class CompileTarget:
     arch: int | str
     warp_size: int
     max_shared_bytes: int = 0
+    #: ``torch.cuda.get_device_properties`` of the GPU, plain values (``worker.device_properties``)
+    device_properties: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> CompileTarget:
         arch = d["arch"]
+        props = d.get("device_properties") or {}
         return cls(
             backend=str(d["backend"]),
             arch=int(arch) if isinstance(arch, int) or str(arch).isdigit() else str(arch),
             warp_size=int(d["warp_size"]),
             max_shared_bytes=int(d.get("max_shared_bytes", 0)),
+            device_properties={
+                str(k): v for k, v in dict(props).items() if isinstance(v, (bool, int, float, str))
+            },
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -101,6 +107,7 @@ class CompileTarget:
             "arch": self.arch,
             "warp_size": self.warp_size,
             "max_shared_bytes": self.max_shared_bytes,
+            "device_properties": dict(self.device_properties),
         }
 
 

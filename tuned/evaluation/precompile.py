@@ -17,7 +17,8 @@ and sharing the GPU worker's Triton cache directory. For one request it:
    Triton's loader would fail in the worker (``OutOfResources``).
 
 In interpreter mode (``TRITON_INTERPRET=1``) nothing is compiled: the process makes the load
-checks only. A launcher that cannot run on meta tensors (it reads values, or insists on CUDA
+checks only. ``torch.cuda.get_device_properties`` answers with the GPU worker's device (sent
+with the target). A launcher that cannot run on meta tensors (it reads values, or insists on CUDA
 tensors) is not a failure of the candidate: the result says ``precompiled: false`` and the GPU
 worker compiles it itself. Only Triton's own compile errors become ``compile_error``.
 
@@ -134,6 +135,35 @@ class _Compiler:
 
         JITFunction.run = compile_only
         self._compile_autotuned_configs()
+        self._answer_device_queries(target.get("device_properties") or {})
+
+    @staticmethod
+    def _answer_device_queries(props: Mapping[str, Any]) -> None:
+        """``torch.cuda.get_device_properties`` (and the capability and name) answered with
+        the GPU worker's device, whatever device is asked about: launchers size persistent
+        grids by ``multi_processor_count`` of their inputs' device, which is ``meta`` here
+        (Liger's DyT backward stopped the pool: "Expected a cuda device, but got: meta").
+        Nothing here can reach a GPU: the answers are the worker's, sent with the target."""
+        if not props:
+            return
+        import types
+
+        import torch
+
+        answer = types.SimpleNamespace(**props)
+
+        def get_device_properties(device: Any = None) -> Any:
+            return answer
+
+        def get_device_capability(device: Any = None) -> tuple[int, int]:
+            return int(props.get("major", 0)), int(props.get("minor", 0))
+
+        def get_device_name(device: Any = None) -> str:
+            return str(props.get("name", ""))
+
+        torch.cuda.get_device_properties = get_device_properties
+        torch.cuda.get_device_capability = get_device_capability
+        torch.cuda.get_device_name = get_device_name
 
     def _compile_autotuned_configs(self) -> None:
         """``@triton.autotune`` kernels: a launch compiles every config the autotuner would

@@ -131,7 +131,25 @@ def compile_target(device: str) -> dict[str, Any] | None:
         "arch": target.arch,
         "warp_size": int(target.warp_size),
         "max_shared_bytes": int(props.get("max_shared_mem", 0)),
+        "device_properties": device_properties(),
     }
+
+
+def device_properties() -> dict[str, Any]:
+    """``torch.cuda.get_device_properties`` of the current device as plain values (name,
+    ``multi_processor_count``, ``total_memory``, ``major``, ...): what launchers read to size
+    a persistent grid, for the compile pool to answer with (it has no GPU)."""
+    import torch
+
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    out: dict[str, Any] = {}
+    for name in dir(props):
+        if name.startswith("_"):
+            continue
+        value = getattr(props, name, None)
+        if isinstance(value, (bool, int, float, str)):
+            out[name] = value
+    return out
 
 
 def _driver_version() -> str:
