@@ -146,7 +146,10 @@ def device_properties() -> dict[str, Any]:
     for name in dir(props):
         if name.startswith("_"):
             continue
-        value = getattr(props, name, None)
+        try:
+            value = getattr(props, name)
+        except (AttributeError, RuntimeError, TypeError, ValueError):  # a property that fails
+            continue
         if isinstance(value, (bool, int, float, str)):
             out[name] = value
     return out
