@@ -124,6 +124,7 @@ def compile_target(device: str) -> dict[str, Any] | None:
         active = driver.active
         target = active.get_current_target()
         props = active.utils.get_device_properties(active.get_current_device())
+        answers = device_properties()
     except (ImportError, AttributeError, RuntimeError, KeyError):
         return None
     return {
@@ -131,7 +132,7 @@ def compile_target(device: str) -> dict[str, Any] | None:
         "arch": target.arch,
         "warp_size": int(target.warp_size),
         "max_shared_bytes": int(props.get("max_shared_mem", 0)),
-        "device_properties": device_properties(),
+        "device_properties": answers,
     }
 
 
