@@ -51,7 +51,11 @@ DTYPE_BYTES = {
     "bfloat16": 2,
     "float32": 4,
     "float64": 8,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "uint8": 1,
     "int8": 1,
+    "int16": 2,
     "int32": 4,
     "int64": 8,
 }

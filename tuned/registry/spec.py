@@ -30,7 +30,11 @@ DTYPE_NAMES: tuple[str, ...] = (
     "bfloat16",
     "float32",
     "float64",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "uint8",
     "int8",
+    "int16",
     "int32",
     "int64",
 )

@@ -75,15 +75,22 @@ DTYPE_ALIASES: dict[str, str] = {
     "float": "float32",
     "fp64": "float64",
     "double": "float64",
+    "fp8_e4m3": "float8_e4m3fn",
+    "fp8_e5m2": "float8_e5m2",
 }
 
-#: Tolerance of a dtype that ``tolerance`` does not mention (integers must match exactly).
+#: Tolerance of a dtype that ``tolerance`` does not mention (integers must match exactly; the
+#: float8 formats one step of their 3 or 2 mantissa bits).
 DEFAULT_TOLERANCE: dict[str, Tolerance] = {
     "float16": Tolerance(atol=1e-2, rtol=1e-2),
     "bfloat16": Tolerance(atol=2e-2, rtol=2e-2),
     "float32": Tolerance(atol=1e-4, rtol=1e-4),
     "float64": Tolerance(atol=1e-7, rtol=1e-7),
+    "float8_e4m3fn": Tolerance(atol=0.125, rtol=0.125),
+    "float8_e5m2": Tolerance(atol=0.25, rtol=0.25),
+    "uint8": Tolerance(atol=0.0, rtol=0.0),
     "int8": Tolerance(atol=0.0, rtol=0.0),
+    "int16": Tolerance(atol=0.0, rtol=0.0),
     "int32": Tolerance(atol=0.0, rtol=0.0),
     "int64": Tolerance(atol=0.0, rtol=0.0),
 }
