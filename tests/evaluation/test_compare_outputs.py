@@ -106,3 +106,32 @@ def test_a_reference_that_is_not_reproducible_is_refused() -> None:
     both = grad.clone()
     both[0, 0] = float("nan")  # NaN where both runs have it: reproducible
     assert checks.widened_atol(both, both.clone(), 1e-4) == 1e-4
+
+
+def test_integer_outputs_match_exactly_in_a_floating_case() -> None:
+    """A quantization kernel of a float16 entry returns int32 codes or accumulators: the
+    float16 rtol of 1e-2 let 1000 pass for 1009."""
+    ref = torch.tensor([1000, -7, 3], dtype=torch.int32)
+    out = ref.clone()
+    out[0] = 1009
+    scale = torch.tensor([0.5, 0.25], dtype=torch.float16)
+    with pytest.raises(CaseFailure, match="output 0: 1/3 elements"):
+        compare_outputs((out, scale), (ref, scale), 1e-2, 1e-2, dtype="float16")
+    codes = torch.tensor([0, 255, 17], dtype=torch.uint8)
+    compare_outputs((codes, scale), (codes.clone(), scale * 1.001), 1e-2, 1e-2, dtype="float16")
+
+
+def test_floating_outputs_of_an_integer_case_get_their_own_tolerance() -> None:
+    """A dequantization (uint8 in, float32 out) or an int8 matmul's scaled float output:
+    the integer case's exact comparison failed a float sum merely taken in another order."""
+    ref = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float32)
+    close = ref * (1 + 2e-6)
+    compare_outputs(close, ref, 0.0, 0.0, dtype="int8")
+    with pytest.raises(CaseFailure, match="elements outside"):
+        compare_outputs(ref * 1.01, ref, 0.0, 0.0, dtype="int8")
+    # a floating case's own (declared) tolerance stays as it is, exact included
+    with pytest.raises(CaseFailure):
+        compare_outputs(close, ref, 0.0, 0.0, dtype="float32")
+    # an integer output of an integer case: still exact
+    with pytest.raises(CaseFailure):
+        compare_outputs(torch.tensor([2]), torch.tensor([1]), 0.0, 0.0, dtype="uint8")

@@ -19,6 +19,7 @@ __all__ = [
     "clone_inputs",
     "compare_outputs",
     "output_signature",
+    "output_tolerance",
     "unwritten_elements",
     "widened_atol",
 ]
@@ -56,9 +57,12 @@ def clone_inputs(inputs: Sequence[Any]) -> list[Any]:
     return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
 
 
-def compare_outputs(out: Any, ref: Any, atol: float | Sequence[float], rtol: float) -> None:
+def compare_outputs(
+    out: Any, ref: Any, atol: float | Sequence[float], rtol: float, *, dtype: str | None = None
+) -> None:
     """Raise :class:`CaseFailure` (``nan`` or ``incorrect``) unless ``out`` matches ``ref``;
-    ``atol`` is one for every output or one per output (:func:`widened_atol`)."""
+    ``atol`` is one for every output or one per output (:func:`widened_atol`), at the
+    tolerance of the case's ``dtype`` adjusted to each output's own (:func:`output_tolerance`)."""
     import torch
 
     outs, refs = as_tuple(out), as_tuple(ref)
@@ -77,7 +81,32 @@ def compare_outputs(out: Any, ref: Any, atol: float | Sequence[float], rtol: flo
             )
         if o.dtype != r.dtype:
             raise CaseFailure("incorrect", f"output {i} has dtype {o.dtype}, reference {r.dtype}")
-        _compare_tensor(i, o, r, atol if isinstance(atol, (int, float)) else atol[i], rtol)
+        given = atol if isinstance(atol, (int, float)) else atol[i]
+        _compare_tensor(i, o, r, *output_tolerance(r, given, rtol, dtype))
+
+
+def output_tolerance(ref: Any, atol: float, rtol: float, dtype: str | None) -> tuple[float, float]:
+    """``(atol, rtol)`` for one output whose reference is ``ref``, in a case of ``dtype``.
+
+    An entry's tolerance is its input dtype's; a quantization kernel's outputs often have
+    another. An integer or boolean output (codes, indices, an int32 accumulator) must match
+    exactly whatever the case's dtype (a float16 case's ``rtol`` of 1e-2 let an int32 output
+    of 1000 be off by 10). A floating output of an integer case (a dequantized value, a scale)
+    gets at least its own dtype's default tolerance: the integer case's exact comparison
+    would fail a float reduction merely summed in another order."""
+    import torch
+
+    if not (ref.is_floating_point() or ref.is_complex()):
+        return 0.0, 0.0
+    exact = dtype is not None and not getattr(torch, dtype).is_floating_point
+    if not exact:
+        return atol, rtol
+    from tuned.registry.validate import DEFAULT_TOLERANCE
+
+    own = DEFAULT_TOLERANCE.get(str(ref.dtype).removeprefix("torch."))
+    if own is None:
+        return atol, rtol
+    return max(atol, own.atol), max(rtol, own.rtol)
 
 
 #: Elements compared at a time: the comparison works in float64, several temporaries of 8

@@ -611,7 +611,7 @@ class Evaluation:
             signatures[case.label] = (case.seed, mine, theirs)
         again = self.call(candidate, case, pristine, "sentinel")
         try:
-            compare_outputs(out, ref, atol, rtol)
+            compare_outputs(out, ref, atol, rtol, dtype=case.dtype)
         except CaseFailure as failure:
             if failure.outcome == "nan":
                 unwritten = unwritten_elements(out, again)
@@ -619,7 +619,7 @@ class Evaluation:
                     raise CaseFailure("incorrect", unwritten) from None
             raise
         try:
-            compare_outputs(again, ref, atol, rtol)
+            compare_outputs(again, ref, atol, rtol, dtype=case.dtype)
         except CaseFailure as failure:
             raise CaseFailure(
                 "incorrect", f"second call (after the reference) differs: {failure.reason}"

@@ -234,7 +234,11 @@ def _measure(request: Mapping[str, Any], workdir: Path) -> dict[str, Any]:
             for (_, dtype), xs in zip(cases, inputs.values(), strict=True):
                 atol, rtol = (float(v) for v in kernel["tolerance"][dtype])
                 compare_outputs(
-                    compiled(*clone_inputs(xs)), reference(*clone_inputs(xs)), atol, rtol
+                    compiled(*clone_inputs(xs)),
+                    reference(*clone_inputs(xs)),
+                    atol,
+                    rtol,
+                    dtype=dtype,
                 )
         except CaseFailure as failure:
             compiled, status = None, f"incorrect: {short(failure.reason, 300)}"

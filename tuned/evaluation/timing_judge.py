@@ -154,7 +154,7 @@ class JudgedTiming:
                 if check:
                     reference = ev.reference_outputs(cases[k], sets[k])
                     try:
-                        compare_outputs(outputs, reference, atol, rtol)
+                        compare_outputs(outputs, reference, atol, rtol, dtype=cases[k].dtype)
                     except CaseFailure as failure:
                         raise CaseFailure(
                             "cheat", f"outputs computed while timed are wrong ({failure.reason})"
