@@ -46,6 +46,8 @@ _BLOCK_RE = re.compile(r"BLOCK|TILE", re.IGNORECASE)
 _SHORT_BLOCK_RE = re.compile(r"^B[A-Z]{1,2}$")
 _GROUP_RE = re.compile(r"GROUP", re.IGNORECASE)
 _SPLIT_RE = re.compile(r"SPLIT", re.IGNORECASE)
+#: A split named as a size (``SPLIT_SIZE``: the elements one program takes) is a block.
+_SIZE_RE = re.compile(r"SIZE", re.IGNORECASE)
 
 
 def knob_rule(names: set[str], baseline: object) -> str | None:
@@ -57,12 +59,14 @@ def knob_rule(names: set[str], baseline: object) -> str | None:
         return "warps"
     if "num_stages" in names:
         return "stages"
-    if any(_SPLIT_RE.search(n) for n in names):
+    if any(_SPLIT_RE.search(n) and not _SIZE_RE.search(n) for n in names):
         return "split"
     if any(_GROUP_RE.search(n) for n in names):
         return "group"
     if any(_BLOCK_RE.search(n) or _SHORT_BLOCK_RE.match(n) for n in names):
         return "block"
+    if any(_SPLIT_RE.search(n) for n in names):
+        return "block"  # a split named as a size: SPLIT_SIZE
     return None
 
 
@@ -85,8 +89,11 @@ def candidate_values(
         return (*WARPS, 32) if baseline >= 16 else WARPS
     if rule == "stages":
         return STAGES
-    if rule in ("group", "split"):
+    if rule in ("group", "split") and baseline <= GROUPS[-1]:
         return GROUPS
+    if rule in ("group", "split"):  # a count past the usual ones: the ladder around it
+        centre = 1 << baseline.bit_length() - 1
+        return ladder(max(1, centre >> BLOCK_OCTAVES), centre << BLOCK_OCTAVES)
     low, high = DOT_BLOCK_BOUNDS if uses_dot else BLOCK_BOUNDS
     centre = 1 << max(baseline, 1).bit_length() - 1  # the power of two at or below it
     low = max(low, centre >> BLOCK_OCTAVES if shrink else baseline)

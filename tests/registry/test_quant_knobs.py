@@ -1,0 +1,48 @@
+"""Knob discovery on the shapes quantization code takes: a quantizer's block size passed in
+by the caller is an input, not a knob; a ``SPLIT_SIZE`` is a size; a count's ladder holds
+its baseline."""
+
+from __future__ import annotations
+
+from tuned.registry.discovery import discover_source
+from tuned.registry.knob_values import candidate_values, knob_rule
+
+QUANTIZER = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _absmax(x_ptr, s_ptr, n, BLOCK_SIZE: tl.constexpr, SPLIT: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    tl.store(s_ptr + tl.program_id(0), tl.max(tl.abs(x), axis=0))
+
+
+def run(x, blocksize):
+    blocks = triton.cdiv(x.numel(), blocksize)
+    s = torch.empty(blocks, device=x.device, dtype=torch.float32)
+    _absmax[(blocks,)](x, s, x.numel(), BLOCK_SIZE=blocksize, SPLIT=1)
+    return s
+"""
+
+
+def test_a_split_named_as_a_size_is_a_block_and_counts_keep_their_baseline() -> None:
+    """``SPLIT_SIZE = 256`` (elements per program) got the split-count ladder 1..16, which
+    did not even hold its baseline 256."""
+    assert knob_rule({"SPLIT_SIZE"}, 256) == "block"
+    assert knob_rule({"SPLIT_NUM_BLOCKS"}, 1) == "split"
+    assert knob_rule({"SPLIT_K"}, 1) == "split"
+    assert 256 in candidate_values("block", 256, uses_dot=False)
+    assert candidate_values("split", 4, uses_dot=False) == (1, 2, 4, 8, 16)
+    assert candidate_values("group", 64, uses_dot=False) == (8, 16, 32, 64, 128, 256, 512)
+    source = QUANTIZER.replace("SPLIT: tl.constexpr", "SPLIT_SIZE: tl.constexpr").replace(
+        "SPLIT=1", "SPLIT_SIZE=SPLIT_SIZE"
+    )
+    source = source.replace(
+        "    blocks = triton.cdiv", "    SPLIT_SIZE = 256\n    blocks = triton.cdiv"
+    ).replace("tl.max(tl.abs(x), axis=0)", "tl.max(tl.abs(x), axis=0) + SPLIT_SIZE * 0")
+    found = discover_source(source, "run")
+    assert found is not None
+    assert 256 in found.knobs["SPLIT_SIZE"], found.knobs
