@@ -28,6 +28,27 @@ def run(x, blocksize):
 """
 
 
+def test_a_required_launcher_parameter_is_an_input_not_a_knob() -> None:
+    """bitsandbytes-style ``quantize(A, code, blocksize)``: the block size is the caller's
+    (the scales' layout depends on it); transforming it (``x2``) failed every candidate and
+    got an innocent knob retired with it."""
+    found = discover_source(QUANTIZER, "run")
+    assert found is not None
+    assert "blocksize" not in found.knobs and "BLOCK_SIZE" not in found.knobs, found.knobs
+    # through a local copy too
+    copied = QUANTIZER.replace(
+        "def run(x, blocksize):\n", "def run(x, blocksize):\n    BLOCK = blocksize\n"
+    ).replace("BLOCK_SIZE=blocksize", "BLOCK_SIZE=BLOCK")
+    found = discover_source(copied, "run")
+    assert found is not None
+    assert "BLOCK" not in found.knobs, found.knobs
+    # the same parameter with a default is the launcher's own choice: a knob, as before
+    defaulted = QUANTIZER.replace("def run(x, blocksize):", "def run(x, blocksize=64):")
+    found = discover_source(defaulted, "run")
+    assert found is not None
+    assert found.knobs.get("blocksize") == (8, 16, 32, 64, 128, 256, 512), found.knobs
+
+
 def test_a_split_named_as_a_size_is_a_block_and_counts_keep_their_baseline() -> None:
     """``SPLIT_SIZE = 256`` (elements per program) got the split-count ladder 1..16, which
     did not even hold its baseline 256."""

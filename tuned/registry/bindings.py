@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-__all__ = ["Local", "local_bindings", "names_in", "own_nodes", "parameters"]
+__all__ = ["Local", "caller_input", "local_bindings", "names_in", "own_nodes", "parameters"]
 
 
 def names_in(node: ast.AST) -> set[str]:
@@ -37,6 +37,20 @@ def parameters(fn: ast.FunctionDef) -> dict[str, ast.expr | None]:
             defaults[p.arg] = d
     defaults.update({p.arg: d for p, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)})
     return defaults
+
+
+def caller_input(launcher: ast.FunctionDef, name: str) -> bool:
+    """True when ``name`` is a parameter of ``launcher`` without a default and in lower case:
+    an argument of its API that ``make_inputs`` passes (``launcher(*inputs, **knobs)``), such
+    as a quantizer's ``blocksize``, on which the scales' layout depends (transformed, every
+    candidate was wrong). One named as a kernel meta-parameter (``BLOCK_M``) is not."""
+    if name.upper() == name:
+        return False
+    args = launcher.args
+    positional = [*args.posonlyargs, *args.args]
+    without = positional[: len(positional) - len(args.defaults)]
+    without += [p for p, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is None]
+    return any(p.arg == name for p in without)
 
 
 @dataclass

@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tuned.registry.autotune import AUTO, AutotuneSpace, autotune_space, autotune_values
-from tuned.registry.bindings import Local, local_bindings, names_in, parameters
+from tuned.registry.bindings import Local, caller_input, local_bindings, names_in, parameters
 from tuned.registry.call_graph import imported_callees, reachable
 from tuned.registry.kernel_facts import KernelFacts, kernel_facts
 from tuned.registry.kernel_sources import (
@@ -351,7 +351,7 @@ class _Finder:
             else:
                 if knob_rule({target, name}, 1) not in ("block", "warps", "stages"):
                     return
-                if _caller_value(fn, values):
+                if _caller_value(fn, values, launcher=fn in self.launchers):
                     return
                 use = self.use(("local", fn.name, name), name, "rebind", fn.name)
                 use.nodes = [(stmt, False) for stmt, _ in local.fresh[name]]
@@ -368,6 +368,8 @@ class _Finder:
             use.value = value
             self.feed(use, kernel, target, grid)
             return
+        if fn in self.launchers and caller_input(fn, name):
+            return  # an input that make_inputs passes (a quantizer's blocksize)
         if knob_rule({target, name}, 1) not in ("block", "warps", "stages"):
             return
         first = fn.body[0]
@@ -527,17 +529,22 @@ class _Finder:
             ]
 
 
-def _caller_value(fn: ast.FunctionDef, values: list[ast.expr | None]) -> bool:
+def _caller_value(
+    fn: ast.FunctionDef, values: list[ast.expr | None], *, launcher: bool = False
+) -> bool:
     """True when every binding of a local is a bare parameter of ``fn`` that has no literal
     default and is not named as a performance parameter (``BT = chunk_size``): the caller's
     value, a chunk size or a head dimension the result depends on (a chunked cumsum sums
     within chunks of it), which no transform may change. ``B = BLOCK_SIZE`` and
-    ``B = next_power_of_2(n)`` stay knobs."""
+    ``B = next_power_of_2(n)`` stay knobs, but not copies of a ``launcher``'s input
+    (:func:`~tuned.registry.bindings.caller_input`)."""
     if not values or not all(isinstance(v, ast.Name) for v in values):
         return False
     params = parameters(fn)
     for value in values:
         assert isinstance(value, ast.Name)
+        if launcher and caller_input(fn, value.id):
+            continue
         if value.id not in params or _literal(params[value.id])[0]:
             return False
         if knob_rule({value.id}, 1) is not None:
