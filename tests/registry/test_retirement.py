@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from tuned.registry.retirement import retired_knobs
+from tuned.registry.spec import KnobValue
 
 SPACE = {"BLOCK": (64, 128, 256, 512), "CHUNK_SPLIT": (1, 2, 4, 8), "num_warps": (2, 4, 8)}
 BASE = {"BLOCK": 128, "CHUNK_SPLIT": 1, "num_warps": 4}
@@ -38,3 +41,29 @@ def test_too_few_verdicts_or_mostly_correct_values_keep_the_knob() -> None:
         ({**BASE, "BLOCK": 512}, "ok"),
     ]
     assert retired_knobs(SPACE, BASE, mixed) == (SPACE, [])
+
+
+def test_a_failure_another_moved_knob_may_explain_is_not_blamed() -> None:
+    """Three wrong trials each moved a semantic block (``x2``) and ``num_warps``: the
+    warps, never moved alone, were retired though innocent."""
+    space: dict[str, tuple[KnobValue, ...]] = {
+        "blocksize": ("x1", "x2"),
+        "num_warps": (1, 2, 4, 8),
+    }
+    base: dict[str, KnobValue] = {"blocksize": "x1", "num_warps": 4}
+    trials: list[tuple[Mapping[str, KnobValue], str]] = [
+        ({"blocksize": "x2", "num_warps": 2}, "incorrect"),
+        ({"blocksize": "x2", "num_warps": 8}, "incorrect"),
+        ({"blocksize": "x2", "num_warps": 1}, "incorrect"),
+    ]
+    assert retired_knobs(space, base, trials) == (space, [])
+    # once the block is seen failing alone, the mixed failures are its, not the warps'
+    solo: Mapping[str, KnobValue] = {"blocksize": "x2", "num_warps": 4}
+    alone = [*trials, (solo, "incorrect")]
+    assert retired_knobs(space, base, alone) == (space, [])
+    # and the warps' own clean failures still retire them
+    warps: list[tuple[Mapping[str, KnobValue], str]] = [
+        ({"blocksize": "x1", "num_warps": w}, "incorrect") for w in (1, 2, 8)
+    ]
+    space_after, notes = retired_knobs(space, base, warps)
+    assert space_after["num_warps"] == (4,) and len(notes) == 1

@@ -7,7 +7,10 @@ reads the trials of an entry and retires such a knob: its space shrinks to its b
 and a note says which values failed.
 
 A value of a knob *fails* when every trial that set it (and reached a verdict on
-correctness) was ``incorrect`` or ``nan``; it *passes* when one of them was correct. Compile
+correctness) was ``incorrect`` or ``nan``; it *passes* when one of them was correct. A failed
+trial that moved several knobs is blamed on one only when the others' values were correct
+elsewhere, or when that one alone has such a clean failure: a quantizer's block size moved
+with ``num_warps`` in three wrong trials once retired ``num_warps``, which was innocent. Compile
 and runtime errors say nothing about the math (a tile too large for shared memory), so they
 are not counted. A knob is retired once at least :data:`MIN_VALUES` of its non-baseline values
 have a verdict and more of them fail than pass.
@@ -42,13 +45,31 @@ def retired_knobs(
 
     ``trials``: (knobs of the candidate, outcome value such as ``"ok"`` or ``"incorrect"``).
     """
+    judged = [
+        ([(n, v) for n, v in config.items() if n in knobs and v != baseline.get(n)], o in CORRECT)
+        for config, o in trials
+        if o in CORRECTNESS_FAILURES or o in CORRECT
+    ]
+    correct = {move for moves, ok in judged if ok for move in moves}
+    # A failure is clean for a knob when every other knob the trial moved took a value that
+    # was correct elsewhere: then only this knob can be the cause.
+    clean = {
+        name
+        for moves, ok in judged
+        if not ok
+        for name, value in moves
+        if all(m in correct for m in moves if m != (name, value))
+    }
     verdicts: dict[str, dict[KnobValue, set[bool]]] = {k: {} for k in knobs}
-    for config, outcome in trials:
-        if outcome not in CORRECTNESS_FAILURES and outcome not in CORRECT:
-            continue
-        for name, value in config.items():
-            if name in verdicts and value != baseline.get(name):
-                verdicts[name].setdefault(value, set()).add(outcome in CORRECT)
+    for moves, ok in judged:
+        for name, value in moves:
+            others = [m for m in moves if m != (name, value)]
+            # Ambiguous: another moved knob may be the cause. Blamed only on a knob known to
+            # break the math (a clean failure), and only when no other one is.
+            ambiguous = not ok and not all(m in correct for m in others)
+            if ambiguous and (name not in clean or any(m in clean for m, _ in others)):
+                continue
+            verdicts[name].setdefault(value, set()).add(ok)
     space = dict(knobs)
     notes: list[str] = []
     for name, seen in verdicts.items():
