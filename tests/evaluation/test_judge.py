@@ -86,6 +86,21 @@ def test_the_arena_carries_inputs_and_outputs_between_two_mappings() -> None:
     judge.close()
 
 
+def test_a_dtype_argument_reaches_the_runner() -> None:
+    """A quantizer's ``dequantize(A, absmax, dtype, out)``: a ``torch.dtype`` input was
+    refused ("input 2 is a dtype; inputs must be tensors or plain scalars")."""
+    x = torch.zeros(4, dtype=torch.uint8)
+    inputs, _, size = plan([x, torch.bfloat16, torch.float8_e4m3fn], torch.zeros(4))
+    judge = Arena("cpu")
+    message = judge.ensure(size)
+    assert message is not None
+    judge.write(inputs, [x, torch.bfloat16, torch.float8_e4m3fn])
+    runner = MappedArena(os.dup(judge.fd))
+    runner.remap(message)
+    assert [runner.value(p) for p in inputs[1:]] == [torch.bfloat16, torch.float8_e4m3fn]
+    judge.close()
+
+
 def test_plain_problem_names_what_is_not_a_plain_dense_tensor() -> None:
     class Lazy(torch.Tensor):
         pass

@@ -12,7 +12,8 @@ tensor views of it; what it says about them travels as JSON, never as pickles.
   (``torch.multiprocessing.reductions.reduce_tensor``; the judge keeps it alive).
 
 A layout entry is ``{"tensor": {"offset", "shape", "strides", "dtype"}}`` or ``{"value": v}``
-(a JSON scalar: an ``int``, ``float``, ``bool``, ``str`` or ``None`` argument).
+(a JSON scalar: an ``int``, ``float``, ``bool``, ``str`` or ``None`` argument) or
+``{"dtype": name}`` (a ``torch.dtype`` argument).
 """
 
 from __future__ import annotations
@@ -83,11 +84,13 @@ def plan(inputs: Sequence[Any], outputs: Any) -> tuple[list[dict[str, Any]], lis
             cursor += _aligned(nbytes)
         elif isinstance(x, _SCALARS) and not (isinstance(x, float) and not math.isfinite(x)):
             placed.append({"value": x})
+        elif isinstance(x, torch.dtype):  # a launcher's dtype argument (a quantizer's)
+            placed.append({"dtype": dtype_name(x)})
         else:
             raise CaseFailure(
                 "rejected_static",
-                f"invalid entry: input {i} is a {type(x).__name__}; inputs must be tensors or "
-                "plain scalars (int, float, bool, str, None) to reach the runner",
+                f"invalid entry: input {i} is a {type(x).__name__}; inputs must be tensors, "
+                "plain scalars (int, float, bool, str, None) or torch dtypes to reach the runner",
             )
     out_places: list[Any] = []
     for o in as_tuple(outputs):
@@ -247,6 +250,8 @@ class MappedArena(_Views):
         self.size = size
 
     def value(self, place: dict[str, Any]) -> Any:
+        if "dtype" in place:
+            return dtype_of(place["dtype"])
         return self.view(place["tensor"]) if "tensor" in place else place.get("value")
 
     def owner_of(self, tensor: Any, places: Sequence[dict[str, Any]]) -> int | None:
