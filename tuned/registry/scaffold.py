@@ -11,7 +11,10 @@ method, an ``nn.Module`` class), shapes and dtypes, :func:`add_entry` writes a d
   parameter without a default becomes an input, made by its name (a tensor of the shape's
   dimensions in the given order, 1-D of the last dimension for weights and biases, the size
   for a parameter named after a dimension, a small float for ``eps``, integer indices into the
-  last dimension, one per row, for labels and ids such as ``target``). A parameter it cannot
+  last dimension, one per row, for labels and ids such as ``target``; for quantization code,
+  scales such as ``absmax`` in floating point whatever the entry's dtype, a ``dtype`` argument
+  the entry's floating dtype or float32, and a buffer named ``out`` or ``*_out`` zeros of that
+  dtype, declared under ``outputs:`` when the launcher returns nothing). A parameter it cannot
   read makes ``make_inputs`` a stub that raises ``NotImplementedError("TODO ...")``, which
   ``ktuned registry check`` reports until it is written.
 
@@ -50,10 +53,20 @@ _SHAPE = re.compile(r"^normalized_shape$")
 _SCALAR = re.compile(
     r"^((sm|softmax|qk|attn)_scale|scaling|temperature|softcap|dropout_p|p_drop(out)?)$", re.I
 )
+#: Quantization scales: floating point whatever the entry's dtype (an int8 entry's scales).
+_SCALE = re.compile(r"(^|_)(scale|scales|absmax|amax|inv_scale)(_|$)", re.I)
+#: A dtype argument (the output's): the entry's dtype when floating, else float32.
+_DTYPE = re.compile(r"^(dtype|out_dtype|output_dtype|dst_dtype)$", re.I)
+#: An integer size the caller chooses (a quantizer's block size), not a tensor.
+_SIZE_ARG = re.compile(r"(block|group|chunk|tile)_?size|^(quant_)?block$", re.I)
+#: A buffer the launcher writes: declared under ``outputs:`` when the launcher returns nothing.
+_OUT = re.compile(r"^(out|output|result|dst)$|_out$|^out_", re.I)
 #: The names make_inputs binds itself (its parameters, the generator, its helpers, the
 #: import): an input named like one (fla's gate ``g``) gets a variable ``g_``, or it would
 #: replace the generator the inputs after it are drawn with.
-_LOCALS = frozenset({"shape", "dtype", "device", "seed", "g", "rand", "index", "torch", "t"})
+_LOCALS = frozenset(
+    {"shape", "dtype", "device", "seed", "g", "rand", "frand", "index", "torch", "t"}
+)
 #: Constructor parameters of a module that mean "the size of the last dimension".
 _HIDDEN = re.compile(
     r"^(hidden(_size|_dim)?|dim|d_model|embed_dim|n_embd|num_features|normalized_shape|"
@@ -247,6 +260,9 @@ def infer_inputs(
     todo: list[str] = []
     names: list[str] = []
     taken = set(_LOCALS) | {p.name for p in params}
+    typed = any(_DTYPE.match(p.name) or _is_dtype(p.annotation) for p in params)
+    out_dtype = "dtype if dtype.is_floating_point else torch.float32" if typed else "dtype"
+    outputs = written_outputs(params)
     for p in params:
         if p.kind is p.VAR_POSITIONAL and not names and not lines:
             todo.append(f"*{p.name} (the signature does not say which inputs it takes)")
@@ -275,6 +291,15 @@ def infer_inputs(
             continue
         elif _EPS.search(lowered):
             lines.append(f"{var} = 1e-6")
+        elif _DTYPE.match(p.name) or _is_dtype(p.annotation):
+            lines.append(f"{var} = dtype if dtype.is_floating_point else torch.float32")
+        elif p.name in outputs:  # written by the launcher: zeros of the output's dtype
+            lines.append(f"{var} = torch.zeros({full}, dtype={out_dtype}, device=device)")
+        elif _SCALE.search(p.name):
+            lines.append(f"{var} = frand({last if _WEIGHT.match(p.name) else full}).abs()")
+        elif _SIZE_ARG.search(p.name):
+            todo.append(f"{p.name} (an integer size the caller chooses: the value production uses)")
+            continue
         elif _WEIGHT.match(p.name):
             lines.append(f"{var} = rand({last})")
         elif _INDEX.match(p.name):  # one index per row, into the last dimension
@@ -291,6 +316,21 @@ def infer_inputs(
         names.append(var)
     lines.append(f"return ({', '.join(names)}{',' if len(names) == 1 else ''})")
     return lines, todo
+
+
+def _is_dtype(annotation: object) -> bool:
+    """``torch.dtype`` as an annotation (the object, or its string in a postponed one)."""
+    return str(annotation) in ("torch.dtype", "<class 'torch.dtype'>", "dtype")
+
+
+def written_outputs(params: Sequence[inspect.Parameter]) -> list[str]:
+    """The required parameters named like a buffer the launcher writes (``out``,
+    ``quantized_out``): its ``outputs`` when it returns nothing."""
+    return [
+        p.name
+        for p in params
+        if p.default is p.empty and p.kind is p.POSITIONAL_OR_KEYWORD and _OUT.search(p.name)
+    ]
 
 
 def infer_init(target: Any, dims: Mapping[str, int]) -> tuple[dict[str, str], list[str]]:
@@ -351,6 +391,10 @@ def _module_text(
         "            return t.to(dtype)",
         "        t = (t * 8).round()  # small integers; never negative for an unsigned dtype",
         "        return (t if dtype.is_signed else t.abs()).to(dtype)",
+        "",
+        "    def frand(*size):  # floating point whatever the entry's dtype (scales)",
+        "        t = torch.randn(*size, generator=g, device=device)",
+        "        return t.to(dtype if dtype.is_floating_point else torch.float32)",
         "",
         "    def index(*size, high):",
         "        return torch.randint(0, high, size, generator=g, device=device)",
@@ -443,7 +487,10 @@ def add_entry(
             "# saves for backward changes them). Without this line only the forward runs.",
             "backward: true",
         ]
-    if writes:
+    outputs = written_outputs(params) if writes else []
+    if outputs:
+        yaml.append(f"outputs: [{', '.join(outputs)}]  # the launcher returns nothing")
+    elif writes:
         todo.append("outputs (the launcher returns nothing: list the arguments it writes)")
         yaml.insert(5, "# TODO: the launcher returns nothing; name what it writes, e.g.")
         yaml.insert(6, "# outputs: [out]")

@@ -1,0 +1,81 @@
+"""``ktuned registry add`` on quantization launchers: scales stay floating point in an
+integer entry, a ``dtype`` argument is a dtype, a caller's block size is asked for, and an
+``out`` buffer of a launcher that returns nothing is its declared output."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+from tests.registry.test_scaffold import assert_tunes, ktuned, user_package
+
+DEQUANT_SOURCE = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _dequant(q_ptr, absmax_ptr, out_ptr, n, QBLOCK: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    q = tl.load(q_ptr + offs, mask=mask, other=0).to(tl.float32)
+    s = tl.load(absmax_ptr + offs // QBLOCK, mask=mask, other=0.0)
+    tl.store(out_ptr + offs, (q - 32.0) / 31.0 * s, mask=mask)
+
+
+def dequantize(q, absmax, dtype, out, blocksize=64):
+    n = q.numel()
+    BLOCK = 256
+    _dequant[(triton.cdiv(n, BLOCK),)](q, absmax, out, n, QBLOCK=blocksize, BLOCK=BLOCK)
+"""
+
+
+def test_inputs_of_a_quantizer_by_name() -> None:
+    import torch
+
+    from tuned.registry.scaffold import _module_text
+
+    def quantize(A, absmax, row_scale, dtype, quantized_out, blocksize):  # type: ignore[no-untyped-def]
+        raise AssertionError
+
+    params = list(inspect.signature(quantize).parameters.values())
+    text, todo = _module_text("pkg.mod.quantize", params, {"M": 4, "N": 8})
+    assert todo == ["blocksize (an integer size the caller chooses: the value production uses)"]
+    text = "\n".join(x for x in text.splitlines() if "NotImplementedError" not in x)
+    scope: dict[str, object] = {}
+    exec(compile(text, "entry.py", "exec"), scope)
+    make_inputs = scope["make_inputs"]
+    assert callable(make_inputs)
+    a, absmax, row_scale, dtype, out = make_inputs({"M": 4, "N": 8}, torch.int8, "cpu", 0)
+    assert a.dtype == torch.int8
+    assert absmax.dtype == row_scale.dtype == torch.float32 and bool((absmax >= 0).all())
+    assert dtype == torch.float32 and out.dtype == torch.float32 and not out.any()
+    _, _, _, dtype, out = make_inputs({"M": 4, "N": 8}, torch.bfloat16, "cpu", 0)
+    assert dtype == out.dtype == torch.bfloat16
+
+
+def test_add_a_dequantizer_writing_into_out_checks_and_tunes(tmp_path: Path) -> None:
+    """bitsandbytes-style ``dequantize(A, absmax, ..., dtype, out) -> None`` with uint8 codes:
+    the entry used to draw its scales and dtype as uint8 tensors, and asked by hand for
+    ``outputs: [out]``."""
+    user_package(tmp_path, "userdq", "dq", DEQUANT_SOURCE)
+    added = ktuned(
+        "registry",
+        "add",
+        "userdq.dq.dequantize",
+        "--shape",
+        "N=1000",
+        "--dtype",
+        "uint8",
+        "--out",
+        tmp_path / "registry",
+        path=tmp_path,
+    )
+    assert added.returncode == 0, added.stderr
+    entry = tmp_path / "registry" / "dequantize"
+    assert "outputs: [out]" in (entry / "kernel.yaml").read_text()
+    assert "TODO" not in added.stdout, added.stdout
+    check = ktuned("registry", "check", entry, path=tmp_path)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert_tunes(entry, "dequantize", tmp_path)
