@@ -184,6 +184,36 @@ def _parameters(fn: Any) -> list[str]:
         return []
 
 
+def _knobs_in_place(
+    target: Any, inputs: Sequence[Any], knobs: Mapping[str, Any]
+) -> tuple[list[Any], dict[str, Any]]:
+    """``(args, keyword knobs)`` for ``target(*inputs, **knobs)`` where an input fills a knob's
+    parameter by position: inputs are positional, so reaching a later parameter (a
+    dequantizer's ``dtype`` after its ``quant_blocksize=64``) passes the ones before it, and
+    the knob then takes that place (as a keyword it failed with "got multiple values for
+    argument"). The input must be the parameter's default, the knob's baseline."""
+    try:
+        params = list(inspect.signature(target).parameters.values())
+    except (TypeError, ValueError):
+        return list(inputs), dict(knobs)
+    args, rest = list(inputs), dict(knobs)
+    for i, p in enumerate(params[: len(args)]):
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            break  # *args: the rest of the inputs go there
+        if p.name not in rest:
+            continue
+        given = args[i]
+        if p.default is p.empty or type(given) is not type(p.default) or given != p.default:
+            raise _invalid(
+                "inputs",
+                f"input {i} ({given!r}) fills the launcher's parameter {p.name!r}, which is a "
+                f"knob whose baseline is its default ({p.default!r}): return that default in "
+                f"this place (the knob's value replaces it), or stop the inputs before it",
+            )
+        args[i] = rest.pop(p.name)
+    return args, rest
+
+
 @dataclass
 class EntryCall:
     """One entry's launcher (``role="launcher"``) or reference, ready to call on inputs."""
@@ -265,7 +295,8 @@ class EntryCall:
             ctor = {k: v for k, v in knobs.items() if k in takes}
             rest = {k: v for k, v in knobs.items() if k not in takes}
             return self._instance(dims, device, dtype, ctor)(*inputs, **rest)
-        return self.target(*inputs, **knobs)
+        args, rest = _knobs_in_place(self.target, inputs, knobs)
+        return self.target(*args, **rest)
 
 
 def entry_call(namespace: ModuleType, kernel: Mapping[str, Any], *, role: str) -> EntryCall:
