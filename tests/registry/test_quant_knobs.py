@@ -4,6 +4,10 @@ its baseline."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import torch
+
 from tuned.registry.discovery import discover_source
 from tuned.registry.knob_values import candidate_values, knob_rule
 
@@ -67,3 +71,35 @@ def test_a_split_named_as_a_size_is_a_block_and_counts_keep_their_baseline() -> 
     found = discover_source(source, "run")
     assert found is not None
     assert 256 in found.knobs["SPLIT_SIZE"], found.knobs
+
+
+def test_autotune_configs_unpacked_from_a_rebound_list_of_tuples(tmp_path: Path) -> None:
+    """The inductor-style ``configs = [(BLOCK, warps), ...]`` rebound to
+    ``[triton.Config(dict(BLOCK=BLOCK), num_warps=warps) for BLOCK, warps in configs]``
+    (torchao's int8 matmul): discovery stopped at "the name `configs`"."""
+    from tests.registry.test_autotune_knobs import AUTOTUNED, _import
+    from tuned.registry.injection import materialize
+
+    configs = """[
+        triton.Config({"BLOCK": 128}, num_warps=4),
+        triton.Config({"BLOCK": 512}, num_warps=8, num_stages=2),
+    ]"""
+    rebound = (
+        "configs = [(128, 4, 3), (512, 8, 2)]\n"
+        "configs = [\n"
+        "    triton.Config(dict(BLOCK=BLOCK), num_warps=num_warps, num_stages=num_stages)\n"
+        "    for BLOCK, num_warps, num_stages in configs\n"
+        "]\n\n\n"
+    )
+    source = AUTOTUNED.replace(configs, "configs").replace(
+        "@triton.autotune(", rebound + "@triton.autotune(", 1
+    )
+    found = discover_source(source, "run")
+    assert found is not None
+    assert found.knobs["BLOCK"] == (64, 128, 256, 512, 1024), found.notices
+    assert found.knobs["num_stages"] == (1, 2, 3, 4)
+    variant, _ = materialize(source, "run", {"BLOCK": 64, "num_warps": 2, "num_stages": 1})
+    assert "configs=[triton.Config({'BLOCK': 64}, num_warps=2, num_stages=1)]," in variant
+    x = torch.randn(100)
+    copy = _import(tmp_path, variant, "ktuned_autotune_rebound")
+    torch.testing.assert_close(copy.run(x), x * 3)

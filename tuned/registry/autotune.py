@@ -115,15 +115,18 @@ def _either(node: ast.IfExp, consts: _Consts) -> object:
     raise _Unreadable(f"`{ast.unparse(node)[:60]}`")
 
 
-def _constants(module: ast.Module | None) -> dict[str, object]:
+def _constants(module: ast.Module | None, before: ast.stmt | None = None) -> dict[str, object]:
     """The module's top-level names bound (once, or in both branches of an ``if``) to a
     literal, a list of literals or a conditional choice between lists (:func:`_either`).
-    A name bound to anything else, or rebound by ``+=`` and the like, is left out."""
+    A name bound to anything else, or rebound by ``+=`` and the like, is left out. With
+    ``before``, only the statements above it count (the value a rebinding reads)."""
     if module is None:
         return {}
     consts: dict[str, object] = {}
     unreadable: set[str] = set()
     for stmt in module_statements(module):
+        if stmt is before:
+            break
         if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
             unreadable.add(stmt.target.id)
             continue
@@ -173,16 +176,12 @@ def _config(
 ) -> tuple[str, dict[str, KnobValue]]:
     if not (isinstance(call, ast.Call) and ast.unparse(call.func).endswith("Config")):
         raise _Unreadable(f"`{ast.unparse(call)[:60]}` is not a triton.Config(...) call")
-    if not call.args or not isinstance(call.args[0], ast.Dict):
-        raise _Unreadable(f"`{ast.unparse(call)[:60]}` has no literal dict of values")
     config: dict[str, KnobValue] = {}
-    for k, v in zip(call.args[0].keys, call.args[0].values, strict=True):
-        if not (isinstance(k, ast.Constant) and isinstance(k.value, str)):
-            raise _Unreadable("a Config key that is not a string literal")
+    for key, v in _config_items(call):
         value = _eval(v, env, consts)
         if not isinstance(value, (int, float, str, bool)):
             raise _Unreadable(f"the Config value `{ast.unparse(v)[:60]}`")
-        config[k.value] = value
+        config[key] = value
     for kw in call.keywords:
         if kw.arg not in _OPTIONS and set(env) & {
             n.id for n in ast.walk(kw.value) if isinstance(n, ast.Name)
@@ -196,6 +195,46 @@ def _config(
     for option, default in CONFIG_DEFAULTS.items():
         config.setdefault(option, default)
     return ast.unparse(call.func), config
+
+
+def _config_items(call: ast.Call) -> list[tuple[str, ast.expr]]:
+    """The keys and value expressions of a Config's first argument: a literal dict, or
+    ``dict(BLOCK_M=BLOCK_M, ...)`` (inductor-style config tuples unpacked into a dict)."""
+    first = call.args[0] if call.args else None
+    if isinstance(first, ast.Dict):
+        items = []
+        for k, v in zip(first.keys, first.values, strict=True):
+            if not (isinstance(k, ast.Constant) and isinstance(k.value, str)):
+                raise _Unreadable("a Config key that is not a string literal")
+            items.append((k.value, v))
+        return items
+    if (
+        isinstance(first, ast.Call)
+        and ast.unparse(first.func) == "dict"
+        and not first.args
+        and all(k.arg is not None for k in first.keywords)
+    ):
+        return [(str(k.arg), k.value) for k in first.keywords]
+    raise _Unreadable(f"`{ast.unparse(call)[:60]}` has no literal dict of values")
+
+
+def _rebinding(node: ast.expr, module: ast.Module | None) -> ast.stmt | None:
+    """The module statement ``node`` (a name) is last bound by when that statement reads the
+    name itself (``configs = [triton.Config(...) for ... in configs]``): its iterable is the
+    earlier binding, read from the statements above it."""
+    if module is None or not isinstance(node, ast.Name):
+        return None
+    bound = [
+        s
+        for s in module_statements(module)
+        if isinstance(s, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == node.id for t in s.targets)
+    ]
+    if bound and any(
+        isinstance(n, ast.Name) and n.id == node.id for n in ast.walk(bound[-1].value)
+    ):
+        return bound[-1]
+    return None
 
 
 _Pair = tuple[ast.expr, dict[str, object]]  # a Config call and the names bound around it
@@ -314,7 +353,7 @@ def _configs(
     node: ast.expr, module: ast.Module | None
 ) -> tuple[str, list[dict[str, KnobValue]], str]:
     """(how the source spells Config, the configurations, the first one's other keywords)."""
-    consts = _constants(module)
+    consts = _constants(module, before=_rebinding(node, module))
     pairs = _pairs(node, module, {}, consts)
     if not pairs:
         raise _Unreadable("no configuration")
