@@ -79,3 +79,67 @@ def test_add_a_dequantizer_writing_into_out_checks_and_tunes(tmp_path: Path) -> 
     check = ktuned("registry", "check", entry, path=tmp_path)
     assert check.returncode == 0, check.stdout + check.stderr
     assert_tunes(entry, "dequantize", tmp_path)
+
+
+QUANT_INTO_SOURCE = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _quant(x_ptr, absmax_ptr, q_ptr, n, QBLOCK: tl.constexpr):
+    offs = tl.program_id(0) * QBLOCK + tl.arange(0, QBLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    m = tl.max(tl.abs(x), axis=0)
+    tl.store(absmax_ptr + tl.program_id(0), m)
+    tl.store(q_ptr + offs, (x / m * 127.0).to(tl.int32).to(tl.float32), mask=mask)
+
+
+def quantize_into(x, absmax, quantized_out):
+    n = x.numel()
+    _quant[(triton.cdiv(n, 64),)](x, absmax, quantized_out, n, QBLOCK=64, num_warps=4)
+    return quantized_out, absmax
+"""
+
+
+def test_add_declares_the_buffers_a_launcher_writes_and_returns(tmp_path: Path) -> None:
+    """bitsandbytes' ``quantize_4bit_blockwise_triton(A, ..., absmax, ..., quantized_out)``
+    returns the buffers it was given: without ``outputs:`` the original itself was a
+    ``cheat`` ("output 0 shares memory with input 6")."""
+    user_package(tmp_path, "userqi", "qi", QUANT_INTO_SOURCE)
+    added = ktuned(
+        "registry",
+        "add",
+        "userqi.qi.quantize_into",
+        "--shape",
+        "N=640",
+        "--dtype",
+        "float32",
+        "--out",
+        tmp_path / "registry",
+        path=tmp_path,
+    )
+    assert added.returncode == 0, added.stderr
+    entry = tmp_path / "registry" / "quantize_into"
+    assert "outputs: [quantized_out, absmax]" in (entry / "kernel.yaml").read_text()
+    assert_tunes(entry, "quantize_into", tmp_path)
+
+
+def test_returned_parameters_are_only_the_caller_s_buffers() -> None:
+    import ast
+
+    from tuned.registry.launchers import returned_parameters
+
+    def first(source: str) -> ast.FunctionDef:
+        fn = ast.parse(source).body[0]
+        assert isinstance(fn, ast.FunctionDef)
+        return fn
+
+    assert returned_parameters(first("def f(x, out):\n    return out")) == ["out"]
+    assert returned_parameters(first("def f(x, out=None):\n    return out")) == []
+    rebound = "def f(x, out):\n    out = out.view(-1)\n    return out"
+    assert returned_parameters(first(rebound)) == []
+    mixed = "def f(x, out):\n    if x:\n        return out\n    return x, out"
+    assert returned_parameters(first(mixed)) == []

@@ -201,6 +201,30 @@ def returns_nothing(fn: ast.FunctionDef) -> bool:
     return True
 
 
+def returned_parameters(fn: ast.FunctionDef) -> list[str]:
+    """The parameters without a default that every ``return`` of ``fn`` gives back, in order
+    (``return quantized_out, absmax``: buffers the launcher writes and returns); empty when a
+    return gives anything else, a parameter is rebound, or the returns disagree."""
+    args = [*fn.args.posonlyargs, *fn.args.args]
+    required = {a.arg for a in args[: len(args) - len(fn.args.defaults)]}
+    found: list[list[str]] = []
+    stack: list[ast.AST] = list(fn.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            required.discard(node.id)  # rebound: no longer the caller's buffer
+        if isinstance(node, ast.Return):
+            value = node.value
+            elts = value.elts if isinstance(value, ast.Tuple) else [value]
+            found.append([e.id if isinstance(e, ast.Name) else "" for e in elts])
+        stack.extend(ast.iter_child_nodes(node))
+    if not found or any(f != found[0] for f in found):
+        return []
+    return found[0] if all(name in required for name in found[0]) else []
+
+
 def stub_reason(fn: ast.FunctionDef) -> str | None:
     """The message of a top-level ``raise NotImplementedError("TODO ...")`` in ``fn`` (a stub
     ``ktuned registry add`` wrote for what it could not infer), else None."""

@@ -192,12 +192,15 @@ def _has_own_backward(target: Any) -> bool:
     )
 
 
-def _returns_nothing(target: Any) -> bool:
-    """True when the launcher's source is readable and has no ``return <value>``."""
-    from tuned.registry.launchers import returns_nothing
+def _written(target: Any) -> tuple[bool, list[str]]:
+    """(the launcher's source is readable and has no ``return <value>``, the parameters it
+    returns as they came: the buffers it writes, as ``returned_parameters`` finds them)."""
+    from tuned.registry.launchers import returned_parameters, returns_nothing
 
     fn = _launcher_def(target)
-    return fn is not None and returns_nothing(fn)
+    if fn is None:
+        return False, []
+    return returns_nothing(fn), returned_parameters(fn)
 
 
 def _signature_params(target: Any) -> list[inspect.Parameter]:
@@ -438,6 +441,7 @@ def add_entry(
                 "by hand (docs/registry.md)"
             ) from failed
         target, params, writes = None, list(read.params), read.returns_nothing
+        returned: list[str] = []
         flags = read.flags
         note = (
             f"{failed}; its signature was read from the source instead. The worker imports "
@@ -445,7 +449,7 @@ def add_entry(
         )
     else:
         params = _signature_params(target)
-        writes = _returns_nothing(target)
+        writes, returned = _written(target)
         fn = _launcher_def(target)
         flags = tested_params(fn) if fn is not None else frozenset()
     entry_name = name or re.sub(
@@ -487,9 +491,10 @@ def add_entry(
             "# saves for backward changes them). Without this line only the forward runs.",
             "backward: true",
         ]
-    outputs = written_outputs(params) if writes else []
+    outputs = written_outputs(params) if writes else returned
     if outputs:
-        yaml.append(f"outputs: [{', '.join(outputs)}]  # the launcher returns nothing")
+        why = "returns nothing" if writes else "returns these arguments"
+        yaml.append(f"outputs: [{', '.join(outputs)}]  # the launcher {why}")
     elif writes:
         todo.append("outputs (the launcher returns nothing: list the arguments it writes)")
         yaml.insert(5, "# TODO: the launcher returns nothing; name what it writes, e.g.")
