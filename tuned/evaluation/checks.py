@@ -264,6 +264,11 @@ def short(text: str, limit: int = 2000) -> str:
     return text if len(text) <= limit else text[: limit // 2] + "\n...\n" + text[-limit // 2 :]
 
 
+#: What an output that is an input means for an original: a launcher that writes into its
+#: arguments and returns them (``return out``), which an entry declares.
+ALIAS_HINT = " (an out-argument? declare it in kernel.yaml: `outputs: [NAME]`)"
+
+
 def check_aliasing(outputs: Any, inputs: Sequence[Any]) -> None:
     """An output sharing memory with an input is a ``cheat``: it returned or reused an input."""
     import torch
@@ -280,7 +285,7 @@ def check_aliasing(outputs: Any, inputs: Sequence[Any]) -> None:
         end = start + o.untyped_storage().nbytes()
         for j, lo, hi in spans:
             if start < hi and lo < end:
-                raise CaseFailure("cheat", f"output {i} shares memory with input {j}")
+                raise CaseFailure("cheat", f"output {i} shares memory with input {j}{ALIAS_HINT}")
 
 
 def unwritten_elements(first: Any, second: Any) -> str | None:

@@ -34,7 +34,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuned.evaluation.checks import CaseFailure, as_tuple, classify_exception, short
+from tuned.evaluation.checks import (
+    ALIAS_HINT,
+    CaseFailure,
+    as_tuple,
+    classify_exception,
+    short,
+)
 from tuned.evaluation.guard import Guard, TimerSnapshot
 from tuned.evaluation.invoke import EntryCall, entry_call, kernel_modules
 from tuned.evaluation.modules import (
@@ -284,7 +290,7 @@ class Runner:
                     described.append({"kind": "bad", "reason": f"output {i} {problem}"})
                     continue
                 if owner is not None:
-                    reason = f"output {i} shares memory with input {owner}"
+                    reason = f"output {i} shares memory with input {owner}{ALIAS_HINT}"
                     described.append({"kind": "bad", "reason": reason})
                     continue
                 meta = {"kind": "tensor", "shape": list(o.shape), "dtype": dtype_name(o.dtype)}
