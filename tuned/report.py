@@ -11,7 +11,7 @@ from tuned.outcomes import Candidate, EvalResult
 from tuned.registry.spec import KernelSpec
 from tuned.search import CampaignSummary
 
-__all__ = ["Progress", "format_duration", "format_seconds", "summary_table"]
+__all__ = ["Progress", "format_duration", "format_seconds", "rule", "summary_table"]
 
 
 def format_seconds(seconds: float | None) -> str:
@@ -78,6 +78,17 @@ class Progress:
             self.stream.flush()
 
 
+#: The widest rule under a table's header: a failure's note (a PyTorch dispatch error of 3,000
+#: characters over many lines) once drew a rule as long as all of it.
+RULE_MAX = 120
+
+
+def rule(lines: Sequence[str]) -> str:
+    """The dashes under a table's header: as wide as its widest first line, at most
+    :data:`RULE_MAX`."""
+    return "-" * min(max(len(line.split("\n", 1)[0]) for line in lines), RULE_MAX)
+
+
 def summary_table(summaries: Sequence[CampaignSummary]) -> str:
     """The final table: one row per kernel. ``candidates`` counts what ``--budget`` counts
     (candidates evaluated besides the baseline); ``evals`` in ``ktuned status``, ``report`` and
@@ -103,7 +114,7 @@ def summary_table(summaries: Sequence[CampaignSummary]) -> str:
     for r in rows:
         cells = [c.ljust(w) for c, w in zip(r[:-1], widths)]
         lines.append("  ".join([*cells, r[-1]]))
-    lines.insert(1, "-" * max(len(line) for line in lines))
+    lines.insert(1, rule(lines))
     kinds = {s.timing_kind for s in summaries if s.timing_kind}
     if "interpreter" in kinds:
         lines.append(

@@ -34,3 +34,14 @@ def test_the_line_has_an_eta(monkeypatch: pytest.MonkeyPatch) -> None:
     first, *_, last = out.getvalue().splitlines()
     assert " 1/4    30s eta 1m30s add parametric BLOCK=64: ok 1 ms; best 1.50x" in first
     assert " 4/4   120s done add " in last
+
+
+def test_a_long_failure_note_does_not_stretch_the_rule() -> None:
+    """A PyTorch dispatch error of thousands of characters (an op registered for CUDA only)
+    as the note drew a rule of dashes as long as all of it."""
+    from tuned.search.base import CampaignSummary
+
+    note = "the original fails (NotImplementedError: " + "x" * 3000 + "\nmore lines)"
+    table = report.summary_table([CampaignSummary(kernel="op", note=note)])
+    assert table.splitlines()[1] == "-" * report.RULE_MAX
+    assert note in table  # the note itself stays whole

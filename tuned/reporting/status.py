@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
-from tuned.report import format_seconds
+from tuned.report import format_seconds, rule
 from tuned.store.overview import KernelOverview
 from tuned.text import printable
 
@@ -47,7 +47,7 @@ def status_table(
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(_HEADER) - 1)]
     lines = ["  ".join([*(c.ljust(w) for c, w in zip(r[:-1], widths)), r[-1]]) for r in rows]
-    lines.insert(1, "-" * max(len(line) for line in lines))
+    lines.insert(1, rule(lines))
     if any(k.progress.timing_kind == "interpreter" for k in kernels):
         lines.append(
             "Times are Triton interpreter timings on this CPU (no GPU): they rank "
