@@ -143,3 +143,26 @@ def test_returned_parameters_are_only_the_caller_s_buffers() -> None:
     assert returned_parameters(first(rebound)) == []
     mixed = "def f(x, out):\n    if x:\n        return out\n    return x, out"
     assert returned_parameters(first(mixed)) == []
+
+
+def test_an_fp8_dtype_and_an_object_argument() -> None:
+    """torchao's ``hp_to_fp8_row_major(hp_tensor, fp8_dtype: torch.dtype, linear_mm_config:
+    LinearMMConfig)``: the fp8 dtype got the entry's float32 and the config a random tensor."""
+    import torch
+
+    from tuned.registry.scaffold import _module_text
+
+    class LinearMMConfig:
+        pass
+
+    def launcher(hp_tensor: torch.Tensor, fp8_dtype: torch.dtype, config: LinearMMConfig) -> None:
+        raise AssertionError
+
+    params = list(inspect.signature(launcher).parameters.values())
+    text, todo = _module_text("pkg.mod.launcher", params, {"M": 4, "N": 8})
+    assert "fp8_dtype = torch.float8_e4m3fn" in text
+    assert todo == ["config (a LinearMMConfig: build the value production passes)"]
+    weight = inspect.Parameter(
+        "weight", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=torch.nn.Parameter
+    )
+    assert _module_text("pkg.mod.f", [weight], {"N": 8})[1] == []

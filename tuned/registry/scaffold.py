@@ -57,6 +57,8 @@ _SCALAR = re.compile(
 _SCALE = re.compile(r"(^|_)(scale|scales|absmax|amax|inv_scale)(_|$)", re.I)
 #: A dtype argument (the output's): the entry's dtype when floating, else float32.
 _DTYPE = re.compile(r"^(dtype|out_dtype|output_dtype|dst_dtype)$", re.I)
+#: A dtype argument that names a float8 format (``fp8_dtype``): float8_e4m3fn.
+_FP8 = re.compile(r"fp8|float8", re.I)
 #: An integer size the caller chooses (a quantizer's block size), not a tensor.
 _SIZE_ARG = re.compile(r"(block|group|chunk|tile)_?size|^(quant_)?block$", re.I)
 #: A buffer the launcher writes: declared under ``outputs:`` when the launcher returns nothing.
@@ -294,6 +296,8 @@ def infer_inputs(
             continue
         elif _EPS.search(lowered):
             lines.append(f"{var} = 1e-6")
+        elif (_DTYPE.match(p.name) or _is_dtype(p.annotation)) and _FP8.search(p.name):
+            lines.append(f"{var} = torch.float8_e4m3fn")
         elif _DTYPE.match(p.name) or _is_dtype(p.annotation):
             lines.append(f"{var} = dtype if dtype.is_floating_point else torch.float32")
         elif p.name in outputs:  # written by the launcher: zeros of the output's dtype
@@ -314,6 +318,10 @@ def infer_inputs(
         elif p.annotation in (bool, "bool", str, "str"):
             todo.append(f"{p.name} (a flag or mode: choose the value production uses)")
             continue
+        elif _other_type(p.annotation):
+            what = getattr(p.annotation, "__name__", p.annotation)
+            todo.append(f"{p.name} (a {what}: build the value production passes)")
+            continue
         else:
             lines.append(f"{var} = rand({full})")
         names.append(var)
@@ -324,6 +332,16 @@ def infer_inputs(
 def _is_dtype(annotation: object) -> bool:
     """``torch.dtype`` as an annotation (the object, or its string in a postponed one)."""
     return str(annotation) in ("torch.dtype", "<class 'torch.dtype'>", "dtype")
+
+
+def _other_type(annotation: object) -> bool:
+    """An annotation, not of a tensor: an object (``LinearMMConfig``) make_inputs cannot draw."""
+    import torch
+
+    if isinstance(annotation, type) and issubclass(annotation, torch.Tensor):
+        return False
+    text = str(getattr(annotation, "__name__", annotation))
+    return annotation is not inspect.Parameter.empty and "Tensor" not in text
 
 
 def written_outputs(params: Sequence[inspect.Parameter]) -> list[str]:
