@@ -15,7 +15,13 @@ Moves, in order of preference (``knobs`` are the positions the strategy may chan
    (``any_value_from_incumbent``): one knob of the incumbent set to any other value of its
    list (Kernel Tuner's Hamming neighbourhood), so a categorical switch whose good value is
    two list positions away (``method`` 2 -> 0, through a slow 1) is tried from the local
-   optimum before the search settles for slower parents.
+   optimum before the search settles for slower parents. When none of those is free
+   either, *powers of two* (``powers_of_two_from_incumbent``): one longer knob of the
+   incumbent (more than ``any_value_max_values`` values) set to another power of two of its
+   list (``block_size_x`` 64 -> 128 among 16, 32, ..., 256 in steps of 16), for the knobs
+   whose evaluated powers of two have run faster on average than their other values
+   (mean ``ln t``, at least ``powers_of_two_min_evidence`` successes on each side): sizes
+   GPU kernels favour, tried where the measurements so far say they pay and nowhere else.
 2. *widened*: when no neighbour within ``knobs`` is free, a one-knob step of any knob.
 3. *random*: when the parent's whole neighbourhood is taken, a uniformly random free
    configuration of the space.
@@ -62,6 +68,12 @@ class MoveSettings:
     #: Any-value moves of the incumbent only for knobs with at most this many values
     #: (categorical switches, short lists); 0: every knob.
     any_value_max_values: int = 4
+    #: Then one longer knob of the incumbent set to another power of two of its list,
+    #: for knobs where the evaluated powers of two are faster on average (issue 24).
+    powers_of_two_from_incumbent: bool = True
+    #: Successful evaluations needed on each side (powers of two, other values) of a knob
+    #: before its powers of two are tried from the incumbent.
+    powers_of_two_min_evidence: int = 3
 
     def __post_init__(self) -> None:
         if self.scale_prob + self.two_knob_prob + self.jump_prob > 1:
@@ -72,6 +84,10 @@ class MoveSettings:
                 raise ValueError(f"{name} must be in [0, 1], got {value}")
         if self.failure_penalty < 0:
             raise ValueError(f"failure_penalty must be >= 0, got {self.failure_penalty}")
+        if self.powers_of_two_min_evidence < 1:
+            raise ValueError(
+                f"powers_of_two_min_evidence must be >= 1, got {self.powers_of_two_min_evidence}"
+            )
 
 
 @dataclass(frozen=True)
@@ -83,10 +99,16 @@ class Move:
 
 
 class NeighbourProposer:
-    """Proposes moves on a :class:`~policies.history.TrialLog`'s space; stateless."""
+    """Proposes moves on a :class:`~policies.history.TrialLog`'s space; stateless but for
+    a memo of per-knob statistics of the log it last read (a function of that log)."""
 
     def __init__(self, *, settings: MoveSettings | None = None) -> None:
         self.settings = settings or MoveSettings()
+        self._pow2_log: TrialLog | None = None
+        self._pow2_epoch = 0
+        self._pow2_read = 0
+        #: Knob -> [sum ln t, count] over powers of two, then over the other values.
+        self._pow2_stats: dict[int, list[float]] = {}
 
     # -- the full chain ---------------------------------------------------------------------
 
@@ -152,6 +174,9 @@ class NeighbourProposer:
             if not options and self.settings.any_value_from_incumbent:
                 short = self._short(index, knobs)
                 options = [c for c in index.hamming(parent, short) if log.is_free(c, pending)]
+            if not options and self.settings.powers_of_two_from_incumbent:
+                pow2 = index.powers_of_two(parent, self._pow2_knobs(log, knobs))
+                options = [c for c in pow2 if log.is_free(c, pending)]
         if not options:
             return None
         return Move(self.best(log, options, rng), "neighbour")
@@ -180,11 +205,49 @@ class NeighbourProposer:
             out += index.swapped(parent, knobs)
             if self.settings.any_value_from_incumbent:
                 out += index.hamming(parent, self._short(index, knobs))
+            if self.settings.powers_of_two_from_incumbent:
+                out += index.powers_of_two(parent, self._pow2_knobs(log, knobs))
         return out
 
     def _short(self, index: SpaceIndex, knobs: Sequence[int]) -> list[int]:
         limit = self.settings.any_value_max_values
         return [j for j in knobs if not limit or index.cards[j] <= limit]
+
+    def _pow2_knobs(self, log: TrialLog, knobs: Sequence[int]) -> list[int]:
+        """The knobs of ``knobs`` longer than ``any_value_max_values`` whose evaluated
+        powers of two ran faster on average (mean ``ln t``) than their other values, with
+        at least ``powers_of_two_min_evidence`` successes on each side.
+
+        The statistics are read incrementally (O(new trials x knobs) per call)."""
+        index = log.index
+        limit = self.settings.any_value_max_values
+        long = [j for j in knobs if index.cards[j] > limit and index.pow2_digits[j]]
+        if not long:
+            return []
+        if self._pow2_log is not log or self._pow2_epoch != log.epoch:
+            self._pow2_log, self._pow2_epoch, self._pow2_read = log, log.epoch, 0
+            self._pow2_stats = {}
+        sized = [j for j in index.movable_positions if index.pow2_digits[j]]
+        for code in log.codes[self._pow2_read :]:
+            t = log.times.get(code)
+            if t is None:
+                continue
+            lt = math.log(t)
+            for j in sized:
+                acc = self._pow2_stats.setdefault(j, [0.0, 0.0, 0.0, 0.0])
+                side = (
+                    0 if (code // index.strides[j]) % index.cards[j] in index.pow2_digits[j] else 2
+                )
+                acc[side] += lt
+                acc[side + 1] += 1.0
+        self._pow2_read = len(log.codes)
+        need = self.settings.powers_of_two_min_evidence
+        out = []
+        for j in long:
+            s_pow2, n_pow2, s_other, n_other = self._pow2_stats.get(j, [0.0, 0.0, 0.0, 0.0])
+            if n_pow2 >= need and n_other >= need and s_pow2 / n_pow2 < s_other / n_other:
+                out.append(j)
+        return out
 
     def _swaps_from(self, log: TrialLog, parent: int) -> bool:
         """Swaps are tried from the incumbent only (a local optimum of the whole search)."""

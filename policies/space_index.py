@@ -49,6 +49,15 @@ def _scale_steps(values: Sequence[KnobValue]) -> tuple[tuple[int, ...], ...]:
     return tuple(out)
 
 
+def _powers_of_two(values: Sequence[KnobValue]) -> tuple[int, ...]:
+    """Positions of the powers of two in an integer size list; ``()`` for other lists."""
+    if not _is_size_list(values) or not all(type(v) is int for v in values):
+        return ()
+    return tuple(
+        i for i, v in enumerate(values) if isinstance(v, int) and v > 0 and not v & (v - 1)
+    )
+
+
 def _is_size_list(values: Sequence[KnobValue]) -> bool:
     """Numeric values that are not just a flag (``{0, 1}``)."""
     numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
@@ -80,6 +89,11 @@ class SpaceIndex:
         )
         self._scaled_digits: tuple[tuple[tuple[int, ...], ...], ...] = tuple(
             _scale_steps(values) for values in self.values
+        )
+        #: Per knob, the value positions of its powers of two (integer size lists only,
+        #: not flags): the sizes GPU kernels tend to favour.
+        self.pow2_digits: tuple[tuple[int, ...], ...] = tuple(
+            _powers_of_two(values) for values in self.values
         )
         #: Pairs of *twin* knobs: the same list of numeric values, not a flag
         #: (``BLOCK_M``/``BLOCK_N``, ``tile_size_x``/``tile_size_y``).
@@ -226,6 +240,16 @@ class SpaceIndex:
             stride, card = self.strides[j], self.cards[j]
             digit = (code // stride) % card
             out.extend(code + (d - digit) * stride for d in self._scaled_digits[j][digit])
+        return out
+
+    def powers_of_two(self, code: int, knobs: Iterable[int]) -> list[int]:
+        """Codes with one of ``knobs`` set to another power of two of its list (see
+        :attr:`pow2_digits`; knobs without powers of two give none)."""
+        out: list[int] = []
+        for j in knobs:
+            stride, card = self.strides[j], self.cards[j]
+            digit = (code // stride) % card
+            out.extend(code + (d - digit) * stride for d in self.pow2_digits[j] if d != digit)
         return out
 
     def swapped(self, code: int, knobs: Iterable[int]) -> list[int]:
