@@ -33,6 +33,7 @@ and its :meth:`EntryCall.at`, which gives a plain ``fn(*inputs, **knobs) -> tupl
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
@@ -184,6 +185,16 @@ def _parameters(fn: Any) -> list[str]:
         return []
 
 
+@functools.lru_cache(maxsize=256)
+def _positional_parameters(target: Any) -> list[inspect.Parameter] | None:
+    """``target``'s parameters, read once (the launcher is called on every timed repetition
+    that is not in a CUDA graph); None when it has no signature to read."""
+    try:
+        return list(inspect.signature(target).parameters.values())
+    except (TypeError, ValueError):
+        return None
+
+
 def _knobs_in_place(
     target: Any, inputs: Sequence[Any], knobs: Mapping[str, Any]
 ) -> tuple[list[Any], dict[str, Any]]:
@@ -193,8 +204,10 @@ def _knobs_in_place(
     the knob then takes that place (as a keyword it failed with "got multiple values for
     argument"). The input must be the parameter's default, the knob's baseline."""
     try:
-        params = list(inspect.signature(target).parameters.values())
-    except (TypeError, ValueError):
+        params = _positional_parameters(target) if knobs else None
+    except TypeError:  # an unhashable callable: read it each time
+        params = _positional_parameters.__wrapped__(target)
+    if params is None:
         return list(inputs), dict(knobs)
     args, rest = list(inputs), dict(knobs)
     for i, p in enumerate(params[: len(args)]):
