@@ -147,11 +147,8 @@ def _resolve(path: str) -> Any:
     )
 
 
-def _launcher_def(target: Any) -> ast.FunctionDef | None:
-    """The ``def`` that receives the inputs (an autograd Function's ``forward`` for its
-    ``apply``), parsed from its source; None when the source cannot be read."""
-    import textwrap
-
+def _function_class(target: Any) -> Any:
+    """The autograd Function class when ``target`` is its ``apply``, else None."""
     import torch
 
     owner = getattr(target, "__self__", None)
@@ -160,6 +157,17 @@ def _launcher_def(target: Any) -> ast.FunctionDef | None:
         and issubclass(owner, torch.autograd.Function)
         and getattr(target, "__name__", "") == "apply"
     ):
+        return owner
+    return None
+
+
+def _launcher_def(target: Any) -> ast.FunctionDef | None:
+    """The ``def`` that receives the inputs (an autograd Function's ``forward`` for its
+    ``apply``), parsed from its source; None when the source cannot be read."""
+    import textwrap
+
+    owner = _function_class(target)
+    if owner is not None:
         target = owner.forward
     wrapped = _function_of(target)
     function = getattr(wrapped, "__func__", wrapped)
@@ -179,18 +187,13 @@ def _has_own_backward(target: Any) -> bool:
     kernel that needs a whole row in one block)."""
     import torch
 
-    owner = getattr(target, "__self__", None)
-    return (
-        isinstance(owner, type)
-        and issubclass(owner, torch.autograd.Function)
-        and getattr(target, "__name__", "") == "apply"
-        and any(
-            "backward" in vars(c)
-            for c in owner.__mro__
-            if c is not torch.autograd.Function
-            and issubclass(c, torch.autograd.Function)
-            and c.__module__.split(".")[0] != "torch"
-        )
+    owner = _function_class(target)
+    return owner is not None and any(
+        "backward" in vars(c)
+        for c in owner.__mro__
+        if c is not torch.autograd.Function
+        and issubclass(c, torch.autograd.Function)
+        and c.__module__.split(".")[0] != "torch"
     )
 
 
@@ -207,14 +210,8 @@ def _written(target: Any) -> tuple[bool, list[str]]:
 
 def _signature_params(target: Any) -> list[inspect.Parameter]:
     """The parameters that receive inputs (``ctx``/``self`` left out)."""
-    import torch
-
-    owner = getattr(target, "__self__", None)
-    if (
-        isinstance(owner, type)
-        and issubclass(owner, torch.autograd.Function)
-        and getattr(target, "__name__", "") == "apply"
-    ):
+    owner = _function_class(target)
+    if owner is not None:
         return list(inspect.signature(owner.forward).parameters.values())[1:]
     if isinstance(target, type):
         return list(
