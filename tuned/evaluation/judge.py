@@ -201,22 +201,22 @@ class Evaluation:
     ) -> tuple[float | tuple[float, ...], float]:
         """``(atol, rtol)`` for ``case``: its dtype's, and where the reference is the original
         (no ``reference:`` declared), each output's atol widened to cover what two runs of the
-        original on the same inputs differ by (:func:`~tuned.evaluation.checks.widened_atol`:
+        original on the same inputs differ by (:func:`~tuned.evaluation.checks.sampled_atol`:
         kernels with atomic adds are not reproducible to the bit). Found once per case and
         kept with its reference."""
-        from tuned.evaluation.checks import clone_inputs, widened_atol
+        from tuned.evaluation.checks import clone_inputs, sampled_atol
 
         atol, rtol = (float(v) for v in self.kernel["tolerance"][case.dtype])
         if self.kernel.get("reference"):
             return atol, rtol
 
         def compute() -> float | tuple[float, ...]:
-            first = self.reference_outputs(case, pristine)
-            again = self._reference.at(case.dims)(*clone_inputs(pristine))
-            widened = widened_atol(first, again, atol)
-            del again
-            release_unused(self.device)
-            return widened
+            def again() -> Any:
+                outputs = self._reference.at(case.dims)(*clone_inputs(pristine))
+                release_unused(self.device)
+                return outputs
+
+            return sampled_atol(self.reference_outputs(case, pristine), again, atol)
 
         return self.cache.reference(self.case_key(case), "atol", compute), rtol
 
