@@ -772,3 +772,74 @@ def test_a_forward_only_entry_is_told_which_knobs_the_backward_reads() -> None:
     assert checked is not None and not any(
         "saved for the backward" in n.reason for n in checked.notices
     )
+
+
+CHOSEN_KERNEL = (
+    HEADER
+    + COPY_KERNEL
+    + COPY_KERNEL.replace("_copy", "_copy_again")
+    + """
+
+class Copy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, again=False):
+        BLOCK = 256
+        out = torch.empty_like(x)
+        fx = _copy_again if again else _copy
+        fx[(triton.cdiv(x.numel(), BLOCK),)](x, out, x.numel(), BLOCK=BLOCK, num_warps=4)
+        ctx.BLOCK = BLOCK
+        return out
+
+    @staticmethod
+    def backward(ctx, dy):
+        dx = torch.empty_like(dy)
+        if dy.numel() > 4096:
+            kernel = _copy
+        else:
+            kernel = _copy_again
+        kernel[(triton.cdiv(dy.numel(), 1024),)](dy, dx, dy.numel(), BLOCK=1024, num_warps=8)
+        return dx
+
+
+def copy(x):
+    return Copy.apply(x)
+
+
+def other(x):
+    fx = pick(x)
+    out = torch.empty_like(x)
+    fx[(1,)](x, out, x.numel(), BLOCK=1024)
+    return out
+"""
+)
+
+
+def test_a_kernel_chosen_into_a_local_is_a_launch_and_its_knobs_are_written_there() -> None:
+    """``fx = _a if flag else _b; fx[grid](...)`` (Unsloth's RMS norm) and a local bound to a
+    kernel in each branch of an ``if``: launches whose knobs are discovered and injected; a
+    local bound to anything else is not a launch (and says so)."""
+    from tuned.registry.injection import materialize
+
+    found = discover_source(CHOSEN_KERNEL, "copy")
+    assert found is not None
+    warps = [k for k in found.knobs if k.endswith("num_warps")]
+    assert "BLOCK" in found.knobs and len(warps) == 2, found.knobs  # forward and backward
+    assert any(k.endswith(".BLOCK") for k in found.knobs), found.knobs  # the backward's 1024
+    forward_warps = next(k for k in warps if found.baseline[k] == 4)
+    copy, _ = materialize(CHOSEN_KERNEL, "copy", {"BLOCK": 512, forward_warps: 2})
+    assert "BLOCK = 512" in copy and "num_warps=2" in copy, copy
+    unknown = discover_source(CHOSEN_KERNEL, "other")
+    assert unknown is not None and not unknown.knobs
+    assert any("no launch" in n.reason for n in unknown.notices)
+
+
+def test_a_forward_only_entry_says_which_knobs_only_the_backward_launches() -> None:
+    """An entry that checks the forward only drops the backward's knobs, with a note naming
+    them and what to set; before, the space was silently smaller (or empty)."""
+    forward_only = discover_source(CHOSEN_KERNEL, "copy", backward=False)
+    assert forward_only is not None
+    assert len(forward_only.knobs) == 2 and "BLOCK" in forward_only.knobs, forward_only.knobs
+    reasons = [n.reason for n in forward_only.notices]
+    dropped = [r for r in reasons if "reach only kernels the backward pass launches" in r]
+    assert len(dropped) == 1 and "set `backward: true` to tune them" in dropped[0], reasons
+    assert "BLOCK is saved for the backward pass (ctx.BLOCK)" in " ".join(reasons), reasons

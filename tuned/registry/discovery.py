@@ -181,6 +181,7 @@ class _Finder:
         self.uses: dict[tuple[str, ...], _Use] = {}
         self.autotune_spaces: dict[str, AutotuneSpace] = {}
         self.result = Discovery()
+        self.scanned: list[ast.FunctionDef] = []  # the launchers and what they call (run)
 
     def note(self, node: ast.AST, reason: str) -> None:
         if all(n.reason != reason for n in self.result.notices):  # once, at its first place
@@ -188,17 +189,20 @@ class _Finder:
 
     def run(self) -> Discovery:
         sites = 0
-        scanned = reachable(
+        self.scanned = scanned = reachable(
             self.launchers, self.functions, self.kernels, self.tree, backward=self.backward
         )
         for fn in scanned:
             local = local_bindings(fn)
             for node in ast.walk(fn):
                 launch = launch_site(node)
-                if launch is not None and (name := launched_name(launch[0])) in self.kernels:
+                if launch is None:
+                    continue
+                kernel = self.launched(launched_name(launch[0]), local)
+                if kernel is not None:
                     assert isinstance(node, ast.Call)
                     sites += 1
-                    self.site(fn, local, node, self.kernels[name], launch[1])
+                    self.site(fn, local, node, kernel, launch[1])
         if not sites:
             names = ", ".join(f.name for f in self.launchers)
             elsewhere = imported_callees(self.tree, self.module, scanned, self.kernels)
@@ -219,6 +223,31 @@ class _Finder:
             )
         self.finish()
         return self.result
+
+    def launched(self, name: str, local: Local) -> KernelFacts | None:
+        """The kernel a launch of ``name`` runs: a kernel of the module (or imported), or a
+        local the function binds only to such kernels, e.g. ``fx = _gemma_fwd if gemma else
+        _fwd`` then ``fx[grid](...)`` (Unsloth's RMS norm), or one per branch of an ``if``:
+        the first kernel it names (such kernels take the same launch arguments)."""
+        if name in self.kernels:
+            return self.kernels[name]
+        bound = local.fresh.get(name, [])
+        if not bound or name in local.tangled:
+            return None
+        chosen: list[KernelFacts] = []
+        for _, value in bound:
+            options = [value]
+            found = []
+            while options:
+                option = options.pop(0)
+                if isinstance(option, ast.IfExp):
+                    options[:0] = [option.body, option.orelse]
+                elif option is not None and launched_name(option) in self.kernels:
+                    found.append(self.kernels[launched_name(option)])
+                else:
+                    return None  # a local that may be anything else
+            chosen.extend(found)
+        return chosen[0] if chosen else None
 
     # -- one launch
 
@@ -590,8 +619,9 @@ def discover_knobs(
     found = _Finder(functions, [launcher], module, imported, tree).run()
     if backward:
         return found
-    forward = _Finder(functions, [launcher], module, imported, tree, False).run()
-    return _forward_only(found, forward, [launcher])
+    finder = _Finder(functions, [launcher], module, imported, tree, False)
+    forward = finder.run()
+    return _forward_only(found, forward, finder.scanned)
 
 
 def discover_source(
@@ -618,10 +648,11 @@ def discover_source(
     found = _Finder(functions, launchers, module, imported, tree).run()
     if backward:
         return found
-    forward = launcher_functions(tree, launcher, backward=False)
-    return _forward_only(
-        found, _Finder(functions, forward, module, imported, tree, False).run(), forward
+    finder = _Finder(
+        functions, launcher_functions(tree, launcher, backward=False), module, imported, tree, False
     )
+    forward = finder.run()
+    return _forward_only(found, forward, finder.scanned)
 
 
 def _saved_for_backward(defs: Sequence[ast.FunctionDef]) -> dict[str, str]:
@@ -658,6 +689,18 @@ def _forward_only(
     launched = frozenset().union(*forward.reach.values()) if forward.reach else frozenset()
     keep = {k for k in found.knobs if k not in found.reach or found.reach[k] & launched}
     notices = list(found.notices)
+    notices += [n for n in forward.notices if all(n.reason != m.reason for m in notices)]
+    dropped = sorted(k for k in found.knobs if k not in keep)
+    if dropped:
+        kernels = sorted(set().union(*(found.reach[k] for k in dropped)))
+        notices.append(
+            Notice(
+                line=defs[0].lineno if defs else 0,
+                reason=f"{', '.join(dropped)} reach only kernels the backward pass launches "
+                f"({', '.join(kernels)}) and this entry checks the forward only, so they are "
+                "not tuned; set `backward: true` to tune them",
+            )
+        )
     saved = _saved_for_backward(defs)
     for knob in sorted(keep):
         names = {knob.rpartition(".")[2], *(site.target for site in found.sites.get(knob, ()))}
