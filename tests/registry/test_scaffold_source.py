@@ -113,3 +113,27 @@ def test_add_asks_for_flags_and_scalars_instead_of_drawing_tensors(tmp_path: Pat
             assert "USE_TMA" not in body
         norm = (out / "layernorm" / "entry.py").read_text()
         assert 'normalized_shape = (shape["D"],)' in norm and "NotImplementedError" not in norm
+
+
+def test_add_reads_the_source_when_the_modules_own_imports_fail(tmp_path: Path) -> None:
+    """A module that exists but whose imports fail here (a name a CPU build of torch lacks,
+    a package gone from Triton 3): read from the source with the import's error, not
+    "has no attribute"; a module that does not exist is still said not to."""
+    imports = {
+        "needs_cuda": "from torch._C import _no_such_name_here\n",
+        "needs_ops": "import triton.no_such_submodule_here\n",
+    }
+    user_package(tmp_path, "corpus", "plain", ADD_SOURCE)
+    for module, line in imports.items():
+        source = ADD_SOURCE.replace("import triton\n", line, 1)
+        (tmp_path / "corpus" / f"{module}.py").write_text(source)
+        added = ktuned(
+            "registry", "add", f"corpus.{module}.add", "--shape", "N=64",
+            "--out", tmp_path / "reg", "--name", module, path=tmp_path,
+        )  # fmt: skip
+        assert added.returncode == 0, added.stdout + added.stderr
+        assert f"importing corpus.{module} raised" in added.stdout, added.stdout
+        assert "read from the source" in added.stdout
+        assert "has no attribute" not in added.stdout + added.stderr
+    absent = ktuned("registry", "add", "corpus.absent.add", "--shape", "N=4", path=tmp_path)
+    assert absent.returncode == 2 and "has no attribute 'absent'" in absent.stderr, absent.stderr

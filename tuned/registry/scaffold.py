@@ -131,8 +131,16 @@ def _resolve(path: str) -> Any:
         module = ".".join(parts[:cut])
         try:
             obj: Any = importlib.import_module(module)
-        except ImportError:
-            continue
+        except ImportError as exc:
+            missing = exc.name or ""
+            if isinstance(exc, ModuleNotFoundError) and (
+                missing == module or module.startswith(f"{missing}.")
+            ):
+                continue  # no such module: the path's tail may be attributes
+            # The module exists and its own imports failed (`from torch._C import
+            # _cuda_getCurrentRawStream` on a CPU build, `triton.ops` gone in Triton 3):
+            # read from its source, saying why, rather than "has no attribute".
+            raise _ImportFailed(module, exc) from exc
         except Exception as exc:  # the user's module-level code raised: anything
             raise _ImportFailed(module, exc) from exc
         for part in parts[cut:]:
