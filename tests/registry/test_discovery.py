@@ -843,3 +843,54 @@ def test_a_forward_only_entry_says_which_knobs_only_the_backward_launches() -> N
     dropped = [r for r in reasons if "reach only kernels the backward pass launches" in r]
     assert len(dropped) == 1 and "set `backward: true` to tune them" in dropped[0], reasons
     assert "BLOCK is saved for the backward pass (ctx.BLOCK)" in " ".join(reasons), reasons
+
+
+def test_a_kernels_only_block_size_reaches_a_thousand_from_a_small_literal() -> None:
+    """``BLOCK_SIZE=4`` in an elementwise launcher (real code has it): three octaves up stop
+    at 32, far from the ~1024 such kernels run fastest at; the kernel's only block size
+    reaches LONE_BLOCK_REACH. Two block sizes of one kernel (a 2-D tile) keep three octaves
+    each, so that no tile of a million elements is proposed."""
+    from tuned.registry.knob_values import LONE_BLOCK_REACH
+
+    lone = discover_source(
+        HEADER
+        + COPY_KERNEL
+        + textwrap.dedent(
+            """
+            def copy(x):
+                out = torch.empty_like(x)
+                _copy[(triton.cdiv(x.numel(), 4),)](x, out, x.numel(), BLOCK=4)
+                return out
+            """
+        ),
+        "copy",
+    )
+    assert lone is not None
+    assert lone.knobs["BLOCK"][-1] == LONE_BLOCK_REACH and 4 in lone.knobs["BLOCK"], lone.knobs
+    tile = discover_source(
+        HEADER
+        + textwrap.dedent(
+            """
+            @triton.jit
+            def _sum(x_ptr, out_ptr, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+                acc = tl.zeros([BLOCK_M], dtype=tl.float32)
+                for start in range(0, N, BLOCK_N):
+                    cols = start + tl.arange(0, BLOCK_N)
+                    mask = (rows[:, None] < M) & (cols[None, :] < N)
+                    x = tl.load(x_ptr + rows[:, None] * N + cols[None, :], mask=mask, other=0.0)
+                    acc += tl.sum(x, axis=1)
+                tl.store(out_ptr + rows, acc, mask=rows < M)
+
+
+            def row_sum(x):
+                M, N = x.shape
+                out = torch.empty(M, device=x.device, dtype=torch.float32)
+                _sum[(triton.cdiv(M, 8),)](x, out, M, N, BLOCK_M=8, BLOCK_N=8)
+                return out
+            """
+        ),
+        "row_sum",
+    )
+    assert tile is not None
+    assert max(tile.knobs["BLOCK_M"]) == 64 and max(tile.knobs["BLOCK_N"]) == 64, tile.knobs

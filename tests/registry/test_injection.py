@@ -487,7 +487,9 @@ def test_kernels_and_launchers_guarded_by_a_top_level_if(load: Loader) -> None:
     )
     source = HEADER + guarded
     found = discovered(source)
-    assert found.knobs == {"BLOCK": (64, 128, 256, 512), "num_warps": (1, 2, 4, 8, 16)}
+    # BLOCK: the kernel's only block size, from 64 (it does not shrink: the grid is a
+    # literal) to LONE_BLOCK_REACH
+    assert found.knobs == {"BLOCK": (64, 128, 256, 512, 1024), "num_warps": (1, 2, 4, 8, 16)}
     variant, _ = materialize(source, "run", {"BLOCK": 128, "num_warps": 2})
     assert sorted(binding_changes(source, variant)) == ["literal 64->128", "option num_warps=2"]
     x = torch.randn(200)

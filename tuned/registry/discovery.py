@@ -466,6 +466,11 @@ class _Finder:
     def finish(self) -> None:
         taken: set[str] = set()
         several = len({k for u in self.uses.values() for k in u.kernels}) > 1
+        blocks: dict[str, int] = {}  # kernel -> how many block-sized values reach it
+        for use in self.uses.values():
+            if use.form != "autotune" and knob_rule({use.base, *use.targets}, 1) == "block":
+                for kernel_name in use.kernels:
+                    blocks[kernel_name] = blocks.get(kernel_name, 0) + 1
         for use in sorted(self.uses.values(), key=lambda u: (u.form != "param", u.line)):
             if use.form == "param" and self.launchers:
                 order = list(parameters(self.launchers[0]))
@@ -492,7 +497,10 @@ class _Finder:
                 assert use.value is not None
                 if rule == "split" and not use.shrink:
                     continue  # a split the grid does not follow would lose work
-                values = candidate_values(rule, use.value, uses_dot=use.dot, shrink=use.shrink)
+                lone = all(blocks.get(k, 0) == 1 for k in use.kernels)
+                values = candidate_values(
+                    rule, use.value, uses_dot=use.dot, shrink=use.shrink, lone=lone
+                )
                 baseline = use.value
             if len(values) < 2 and not (len(values) == 1 and values[0] != baseline):
                 continue

@@ -17,6 +17,7 @@ __all__ = [
     "BLOCK_OCTAVES",
     "DOT_BLOCK_BOUNDS",
     "GROUPS",
+    "LONE_BLOCK_REACH",
     "STAGES",
     "WARPS",
     "bounds",
@@ -28,6 +29,9 @@ __all__ = [
 
 #: Octaves (factors of two) searched below and above a block size found in the source.
 BLOCK_OCTAVES = 3
+#: Where the ladder of a kernel's only block size reaches at least, when it calls no
+#: ``tl.dot`` (:func:`candidate_values`).
+LONE_BLOCK_REACH = 1024
 #: Bounds of discovered block sizes: ``tl.arange`` takes powers of two, a block of 2^16
 #: elements is already far past what one program holds in registers.
 BLOCK_BOUNDS = (1, 1 << 16)
@@ -80,10 +84,13 @@ def ladder(low: int, high: int) -> tuple[int, ...]:
 
 
 def candidate_values(
-    rule: str, baseline: object, *, uses_dot: bool, shrink: bool = True
+    rule: str, baseline: object, *, uses_dot: bool, shrink: bool = True, lone: bool = False
 ) -> tuple[int, ...]:
     """The absolute candidate values of a knob under ``rule`` around ``baseline``. A block
-    that must not shrink starts at the baseline."""
+    that must not shrink starts at the baseline. The ``lone`` block of kernels without
+    ``tl.dot`` (the one block size they take: elementwise and row kernels) reaches at least
+    :data:`LONE_BLOCK_REACH`, however small its baseline: code written with ``BLOCK_SIZE=4``
+    or ``16`` runs fastest near a thousand, more than three octaves away."""
     assert isinstance(baseline, int) and not isinstance(baseline, bool)
     if rule == "warps":
         return (*WARPS, 32) if baseline >= 16 else WARPS
@@ -97,7 +104,8 @@ def candidate_values(
     low, high = DOT_BLOCK_BOUNDS if uses_dot else BLOCK_BOUNDS
     centre = 1 << max(baseline, 1).bit_length() - 1  # the power of two at or below it
     low = max(low, centre >> BLOCK_OCTAVES if shrink else baseline)
-    high = min(high, centre << BLOCK_OCTAVES)
+    reach = LONE_BLOCK_REACH if lone and not uses_dot else 0
+    high = min(high, max(centre << BLOCK_OCTAVES, reach))
     return ladder(low, high)
 
 
