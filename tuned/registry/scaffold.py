@@ -28,6 +28,7 @@ import ast
 import importlib
 import inspect
 import re
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -172,8 +173,6 @@ def _function_class(target: Any) -> Any:
 def _launcher_def(target: Any) -> ast.FunctionDef | None:
     """The ``def`` that receives the inputs (an autograd Function's ``forward`` for its
     ``apply``), parsed from its source; None when the source cannot be read."""
-    import textwrap
-
     owner = _function_class(target)
     if owner is not None:
         target = owner.forward
@@ -359,6 +358,45 @@ def written_outputs(params: Sequence[inspect.Parameter]) -> list[str]:
     ]
 
 
+def _stored_outputs(
+    path: str,
+    params: Sequence[inspect.Parameter],
+    dims: Mapping[str, int],
+    flags: frozenset[str],
+) -> dict[str, tuple[str, ...]]:
+    """Parameter -> kernels, for the launcher's required tensor parameters its kernels store
+    into (:func:`~tuned.registry.stored_outputs.inferred_outputs`, read from the source):
+    its ``outputs`` when it returns nothing, beside those named like a buffer. A parameter
+    ``make_inputs`` makes as anything but a tensor (a size, a flag, a scalar) never is one."""
+    from tuned.registry.stored_outputs import inferred_outputs
+
+    named = set(written_outputs(params))
+    tensors = {p.name for p in params if _drawn_as_tensor(p, dims, flags)}
+    return {
+        name: kernels
+        for name, kernels in inferred_outputs(path).items()
+        if name in tensors and name not in named
+    }
+
+
+def _drawn_as_tensor(p: inspect.Parameter, dims: Mapping[str, int], flags: frozenset[str]) -> bool:
+    """Whether :func:`infer_inputs` makes ``p`` a tensor (its other branches: a size, a flag,
+    a shape, a scalar, ``eps``, a dtype, a caller's block size, a typed non-tensor)."""
+    return (
+        p.kind is p.POSITIONAL_OR_KEYWORD
+        and p.default is p.empty
+        and p.name not in dims
+        and p.name not in flags
+        and not _SHAPE.match(p.name)
+        and not _SCALAR.search(p.name)
+        and not _EPS.search(p.name.lower())
+        and not (_DTYPE.match(p.name) or _is_dtype(p.annotation))
+        and not _SIZE_ARG.search(p.name)
+        and p.annotation not in (int, "int", float, "float", bool, "bool", str, "str")
+        and not _other_type(p.annotation)
+    )
+
+
 def infer_init(target: Any, dims: Mapping[str, int]) -> tuple[dict[str, str], list[str]]:
     """For a class launcher (an ``nn.Module``): the ``init`` mapping of its constructor's
     required parameters (a dimension's name stands for its size: ``hidden_size`` -> the last
@@ -515,6 +553,20 @@ def add_entry(
             "backward: true",
         ]
     outputs = written_outputs(params) if writes else returned
+    stored = _stored_outputs(path, params, shapes[0], flags) if writes else {}
+    if stored:
+        outputs = [p.name for p in params if p.name in outputs or p.name in stored]
+        by: dict[tuple[str, ...], list[str]] = {}  # q, k by _rotary_kernel
+        for name, kernels in stored.items():
+            by.setdefault(kernels, []).append(name)
+        found = "; ".join(f"{', '.join(names)} by {', '.join(k)}" for k, names in by.items())
+        yaml += textwrap.wrap(
+            "The launcher returns nothing; what it writes was found from its kernels' stores "
+            f"(tl.store into the argument): {found}. Check it.",
+            width=92,
+            initial_indent="# ",
+            subsequent_indent="# ",
+        )
     if outputs:
         why = "returns nothing" if writes else "returns these arguments"
         yaml.append(f"outputs: [{', '.join(outputs)}]  # the launcher {why}")
