@@ -14,7 +14,8 @@ method, an ``nn.Module`` class), shapes and dtypes, :func:`add_entry` writes a d
   last dimension, one per row, for labels and ids such as ``target``; for quantization code,
   scales such as ``absmax`` in floating point whatever the entry's dtype, a ``dtype`` argument
   the entry's floating dtype or float32, and a buffer named ``out`` or ``*_out`` zeros of that
-  dtype, declared under ``outputs:`` when the launcher returns nothing). A parameter it cannot
+  dtype, declared under ``outputs:`` when the launcher returns nothing; so are the arguments
+  its kernels store into, :mod:`tuned.registry.stored_outputs`). A parameter it cannot
   read makes ``make_inputs`` a stub that raises ``NotImplementedError("TODO ...")``, which
   ``ktuned registry check`` reports until it is written.
 
