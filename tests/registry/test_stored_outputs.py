@@ -279,3 +279,31 @@ def test_an_entry_with_inferred_outputs_is_valid_and_checked_in_the_interpreter(
             assert bad != spec.module_source
             result = client.evaluate(spec, candidate(bad))
             assert result.outcome is Outcome.INCORRECT, (wrong, result.reason)
+
+
+#: ``out`` is a buffer by its name; ``lse`` is found only from the store.
+OUT_AND_LSE = textwrap.dedent(
+    """
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def _k(X, Out, Lse, n, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        x = tl.load(X + offs, mask=offs < n)
+        tl.store(Out + offs, x, mask=offs < n)
+        tl.store(Lse, tl.sum(x, axis=0))
+
+
+    def fwd(x, out, lse):
+        _k[(1,)](x, out, lse, x.numel(), BLOCK=64)
+    """
+)
+
+
+def test_add_keeps_the_named_buffer_beside_the_stored_ones(site: Path) -> None:
+    entry = _add(site, "outlse", OUT_AND_LSE, "fwd", {"N": 64})
+    assert "outputs: [out, lse]" in (entry / "kernel.yaml").read_text()
+    inputs = (entry / "entry.py").read_text()
+    assert "out = torch.zeros(" in inputs and 'lse = rand(shape["N"])' in inputs

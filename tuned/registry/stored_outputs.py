@@ -213,12 +213,13 @@ class _Stores:
     """The parameters of the module's ``@triton.jit`` functions that their stores write."""
 
     jit: Mapping[str, ast.FunctionDef]
-    found: dict[int, frozenset[str]] = field(default_factory=dict)
+    found: dict[tuple[int, int], frozenset[str]] = field(default_factory=dict)
 
     def of(self, fn: ast.FunctionDef, depth: int = 0) -> frozenset[str]:
-        if id(fn) in self.found:
-            return self.found[id(fn)]
-        self.found[id(fn)] = _NONE  # recursion: a kernel calling itself adds nothing
+        key = (id(fn), depth)  # deeper, fewer helpers are followed
+        if key in self.found:
+            return self.found[key]
+        self.found[key] = _NONE  # recursion: a kernel calling itself adds nothing
         args = [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]
         env: _Env = {a.arg: frozenset({a.arg}) for a in args if not is_constexpr(a.annotation)}
         written: set[str] = set()
@@ -245,8 +246,8 @@ class _Stores:
                     written.update(_pointee(arg, env))
 
         _flow(fn.body, env, _pointee, visit)
-        self.found[id(fn)] = frozenset(written) & set(env)
-        return self.found[id(fn)]
+        self.found[key] = frozenset(written) & set(env)
+        return self.found[key]
 
 
 def _pointee(node: ast.expr, env: _Env) -> frozenset[str]:
@@ -312,7 +313,7 @@ class _Launches:
     functions: Mapping[str, ast.FunctionDef]
     kernels: Mapping[str, ast.FunctionDef]
     stores: _Stores
-    found: dict[int, dict[str, frozenset[str]]] = field(default_factory=dict)
+    found: dict[tuple[int, int], dict[str, frozenset[str]]] = field(default_factory=dict)
 
     def callees(self, call: ast.Call) -> list[tuple[ast.FunctionDef, int]]:
         """(def, leading parameters the call does not pass: ``ctx``, ``cls``) of a call into
@@ -332,9 +333,10 @@ class _Launches:
 
     def of(self, fn: ast.FunctionDef, depth: int = 0) -> dict[str, frozenset[str]]:
         """Parameter of ``fn`` -> the kernels that store into it."""
-        if id(fn) in self.found:
-            return self.found[id(fn)]
-        self.found[id(fn)] = {}
+        key = (id(fn), depth)  # deeper, fewer calls are followed
+        if key in self.found:
+            return self.found[key]
+        self.found[key] = {}
         env: _Env = {p: frozenset({p}) for p in _positional(fn)}
         env.update({a.arg: frozenset({a.arg}) for a in fn.args.kwonlyargs})
         written: dict[str, frozenset[str]] = {}
@@ -362,7 +364,7 @@ class _Launches:
                     add(_aliased(arg, env), inner[param])
 
         _flow(fn.body, env, _aliased, visit)
-        self.found[id(fn)] = written
+        self.found[key] = written
         return written
 
 
