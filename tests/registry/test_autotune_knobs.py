@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from tests.registry.knob_diff import binding_changes
-from tuned.registry.autotune import AUTO
+from tuned.registry.autotune import AUTO, nvidia_branch
 from tuned.registry.discovery import discover_source
 from tuned.registry.injection import materialize
 
@@ -370,26 +370,30 @@ def test_configs_discovery_cannot_read_get_a_note_that_says_where_and_what_to_do
 def test_configs_from_a_comprehension_over_module_level_lists(tmp_path: Path) -> None:
     """``for BT in BT_LIST`` over a module-level list, and a platform choice between two lists
     (``[...] if is_amd else [...]``, either at once or in the branches of an ``if``), as
-    flash-linear-attention writes its configs: the note stopped at the name ``BT_LIST``."""
+    flash-linear-attention writes its configs: the note stopped at the name ``BT_LIST``. Of a
+    platform choice NVIDIA's side is read; of a test that is not one (``if BIG:``), the union."""
     configs = """[
         triton.Config({"BLOCK": 128}, num_warps=4),
         triton.Config({"BLOCK": 512}, num_warps=8, num_stages=2),
     ]"""
     comprehension = '[triton.Config({"BLOCK": b}, num_warps=w) for b in BLOCKS for w in WARPS]'
-    heads = [
-        "BLOCKS = [32, 64]\nWARPS = [1, 2] if is_amd else [2, 4]\n",
-        "BLOCKS: list[int] = [32, 64]\nif is_amd:\n    WARPS = [1, 2]\nelse:\n    WARPS = [2, 4]\n",
-    ]
-    for n, head in enumerate(heads):
+    heads = {
+        "BLOCKS = [32, 64]\nWARPS = [1, 2] if is_amd else [2, 4]\n": (2, 4),
+        "BLOCKS: list[int] = [32, 64]\nif is_amd:\n    WARPS = [1, 2]\n"
+        "else:\n    WARPS = [2, 4]\n": (2, 4),
+        "BLOCKS = [32, 64]\nWARPS = [1, 2] if BIG else [2, 4]\n": (1, 2, 4),
+        "BLOCKS = [32, 64]\nif BIG:\n    WARPS = [1, 2]\nelse:\n    WARPS = [2, 4]\n": (1, 2, 4),
+    }
+    for n, (head, warps) in enumerate(heads.items()):
         source = AUTOTUNED.replace(configs, comprehension).replace(
-            "@triton.autotune(", f"is_amd = False\n{head}\n\n@triton.autotune(", 1
+            "@triton.autotune(", f"is_amd = BIG = False\n{head}\n\n@triton.autotune(", 1
         )
         found = discover_source(source, "run")
         assert found is not None and not found.notices, found.notices
         space = found.sites["BLOCK"][0].autotune
         assert space is not None
         assert {(c["BLOCK"], c["num_warps"]) for c in space.configs} == {
-            (b, w) for b in (32, 64) for w in (1, 2, 4)
+            (b, w) for b in (32, 64) for w in warps
         }
         assert found.knobs["BLOCK"] == (16, 32, 64, 128)
         assert found.knobs["num_warps"] == (1, 2, 4, 8)
@@ -398,6 +402,152 @@ def test_configs_from_a_comprehension_over_module_level_lists(tmp_path: Path) ->
         copy = _import(tmp_path, variant, f"ktuned_autotune_module_lists_{n}")
         x = torch.randn(1000)
         torch.testing.assert_close(copy.run(x), x * 3)
+
+
+PLATFORM_HELPERS = """
+def is_cuda():
+    return triton.runtime.driver.active.get_current_target().backend == "cuda"
+
+
+def get_cuda_autotune_config():
+    return [
+        triton.Config({"BLOCK": 128}, num_warps=4),
+        triton.Config({"BLOCK": 512}, num_warps=8, num_stages=2),
+    ]
+
+
+def get_hip_autotune_config():
+    return [triton.Config({"BLOCK": 64, "waves_per_eu": 2}, num_warps=1)]
+
+
+"""
+
+
+@pytest.mark.parametrize(
+    "choice",
+    [
+        # Triton's matmul tutorial (03-matrix-multiplication.py)
+        "def get_autotune_config():\n    if is_cuda():\n        return get_cuda_autotune_config()\n"
+        "    else:\n        return get_hip_autotune_config()\n",
+        # an early return on the other platform, negated
+        "def get_autotune_config():\n    if not is_cuda():\n"
+        "        return get_hip_autotune_config()\n    return get_cuda_autotune_config()\n",
+        # torch's own version flags, and a string comparison
+        "def get_autotune_config():\n    if torch.version.hip is not None:\n"
+        "        configs = get_hip_autotune_config()\n    else:\n"
+        "        configs = get_cuda_autotune_config()\n    return configs\n",
+        "def get_autotune_config():\n"
+        '    if triton.runtime.driver.active.get_current_target().backend != "hip":\n'
+        "        return get_cuda_autotune_config()\n    return get_hip_autotune_config()\n",
+        # a conditional expression, and module-level branches
+        "def get_autotune_config():\n"
+        "    return get_cuda_autotune_config() if is_cuda() else get_hip_autotune_config()\n",
+        "if not torch.version.hip:\n    def get_autotune_config():\n"
+        "        return get_cuda_autotune_config()\nelse:\n    def get_autotune_config():\n"
+        "        return get_hip_autotune_config()\n",
+    ],
+)
+def test_configs_chosen_by_platform_are_nvidias(choice: str) -> None:
+    """A config function that branches on the platform (``if is_cuda(): return cuda_configs()
+    else: return hip_configs()``, Triton's matmul tutorial) is read on NVIDIA's side, the
+    platform ktuned tunes on: the note stopped at ``if is_cuda():``, and the union would have
+    made AMD's ``waves_per_eu`` a knob of every config."""
+    configs = """[
+        triton.Config({"BLOCK": 128}, num_warps=4),
+        triton.Config({"BLOCK": 512}, num_warps=8, num_stages=2),
+    ]"""
+    source = AUTOTUNED.replace(configs, "get_autotune_config()").replace(
+        "@triton.autotune(", f"{PLATFORM_HELPERS}{choice}\n\n@triton.autotune(", 1
+    )
+    found = discover_source(source, "run")
+    assert found is not None and not found.notices, found.notices
+    space = found.sites["BLOCK"][0].autotune
+    assert space is not None
+    assert [(c["BLOCK"], c["num_warps"], c["num_stages"]) for c in space.configs] == [
+        (128, 4, 3),
+        (512, 8, 2),
+    ]
+    assert "waves_per_eu" not in found.knobs
+    variant, _ = materialize(source, "run", {"BLOCK": 256, "num_warps": 2, "num_stages": 1})
+    assert "configs=[triton.Config({'BLOCK': 256}, num_warps=2, num_stages=1)]," in variant
+
+
+def test_a_test_that_is_not_a_platform_still_stops_the_config_function() -> None:
+    """A GPU-generation test chooses between NVIDIA GPUs, and a name that says nothing of the
+    platform is no platform test: both still get the note at the ``if``."""
+    configs = """[
+        triton.Config({"BLOCK": 128}, num_warps=4),
+        triton.Config({"BLOCK": 512}, num_warps=8, num_stages=2),
+    ]"""
+    for test in ("torch.cuda.get_device_capability()[0] >= 9", "is_hopper()"):
+        choice = (
+            f"def get_autotune_config():\n    if {test}:\n"
+            "        return get_cuda_autotune_config()\n    return get_hip_autotune_config()\n"
+        )
+        source = AUTOTUNED.replace(configs, "get_autotune_config()").replace(
+            "@triton.autotune(", f"{PLATFORM_HELPERS}{choice}\n\n@triton.autotune(", 1
+        )
+        found = discover_source(source, "run")
+        assert found is not None and "BLOCK" not in found.knobs
+        (note,) = [n.reason for n in found.notices]
+        assert f"in get_autotune_config(): `if {test}:`" in note, note
+
+
+def test_nvidia_branch_reads_the_common_platform_tests() -> None:
+    expected = {
+        "is_cuda()": True,
+        "not is_cuda()": False,
+        "is_hip()": False,
+        "not is_hip()": True,
+        "IS_AMD": False,
+        "isHip": False,
+        "torch.version.cuda": True,
+        "torch.version.hip is None": True,
+        "torch.version.hip is not None": False,
+        "torch.cuda.is_available()": True,
+        'device.type == "cuda"': True,
+        'backend != "hip"': True,
+        'backend == "hip"': False,
+        "torch.cuda.get_device_capability()[0] >= 9": None,
+        "is_hopper()": None,
+        "is_cuda(x)": None,
+        "BIG": None,
+        "is_cuda() and BIG": None,
+    }
+    found = {t: nvidia_branch(ast.parse(t, mode="eval").body) for t in expected}
+    assert found == expected
+
+
+@pytest.mark.parametrize(
+    "helper",
+    [
+        # flaggems' cfggen: a comprehension bound to a name, then returned
+        "def cfggen():\n    configs = [\n"
+        '        triton.Config({"BLOCK": b}, num_warps=w)\n'
+        "        for w in [2, 4]\n        for b in [128, 256]\n    ]\n    return configs\n",
+        # grown by += and extend
+        'def cfggen():\n    configs = [triton.Config({"BLOCK": 128}, num_warps=2)]\n'
+        '    configs += [triton.Config({"BLOCK": 256}, num_warps=w) for w in (2, 4)]\n'
+        '    configs.extend([triton.Config({"BLOCK": 128}, num_warps=4)])\n    return configs\n',
+    ],
+)
+def test_configs_a_helper_binds_to_a_name_and_returns(helper: str) -> None:
+    """``configs = [triton.Config(...) for w in [...] for bs in [...]]; return configs`` (a
+    helper that is not a single ``return``): the note stopped at the comprehension."""
+    configs = """[
+        triton.Config({"BLOCK": 128}, num_warps=4),
+        triton.Config({"BLOCK": 512}, num_warps=8, num_stages=2),
+    ]"""
+    source = AUTOTUNED.replace(configs, "cfggen()").replace(
+        "@triton.autotune(", f"{helper}\n\n@triton.autotune(", 1
+    )
+    found = discover_source(source, "run")
+    assert found is not None and not found.notices, found.notices
+    space = found.sites["BLOCK"][0].autotune
+    assert space is not None
+    assert {(c["BLOCK"], c["num_warps"]) for c in space.configs} == {
+        (b, w) for b in (128, 256) for w in (2, 4)
+    }
 
 
 def test_a_module_level_name_bound_by_code_still_gets_the_note() -> None:

@@ -2,11 +2,14 @@
 
 **Autotune.** The space is the autotuner's own configurations, read from a literal
 ``configs=[triton.Config({...}, num_warps=..., num_stages=...), ...]``, a list comprehension
-over literal lists (or module-level names bound to them: ``for BT in BT_LIST``; a platform
-choice ``[...] if is_amd else [...]`` gives the union of both), a module-level list,
-``A + B`` of those, or a helper function that appends Configs in ``for`` loops over literals
-(``results.append(triton.Config(...))``); anything else gets a note naming the statement
-discovery stopped at. One knob per key of the configs' dicts,
+over literal lists (or module-level names bound to them: ``for BT in BT_LIST``), a
+module-level list, ``A + B`` of those, or a helper function that builds them (appends Configs
+in ``for`` loops over literals, ``results.append(triton.Config(...))``, or binds, extends and
+returns such lists); anything else gets a note naming the statement discovery stopped at.
+Where the source chooses by platform (``if is_cuda(): ... else: ...``, ``[...] if is_amd
+else [...]``, at module level or in the helper), NVIDIA's side is read: ktuned tunes on
+NVIDIA GPUs (:func:`nvidia_branch`); a module-level choice on a test it does not recognize
+gives the union of both lists. One knob per key of the configs' dicts,
 plus ``num_warps`` and ``num_stages``. Each knob's values are the configs' values, their
 neighbours and the rest of the ladder between them (:func:`autotune_values`). A candidate pins
 one configuration: the decorator's ``configs`` becomes a list of that single ``Config``
@@ -23,10 +26,11 @@ function of the shape. Keys that are flags (``EVEN_K: lambda args: ...``) are ne
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tuned.registry.kernel_sources import module_statements
+from tuned.registry.kernel_sources import dotted_name, module_statements
 from tuned.registry.spec import KnobValue
 
 __all__ = [
@@ -36,6 +40,7 @@ __all__ = [
     "autotune_values",
     "config_text",
     "config_values",
+    "nvidia_branch",
 ]
 
 #: The baseline value of an autotuned kernel's knobs: let the autotuner pick (source as written).
@@ -66,6 +71,66 @@ class _Unreadable(Exception):
 #: Module-level names bound to literals, read once per module (:func:`_constants`).
 _Consts = Mapping[str, object]
 _NO_CONSTS: _Consts = {}
+
+#: Words of a platform test that name NVIDIA's CUDA, and other platforms (``is_hip()``).
+_CUDA_WORDS = frozenset({"cuda", "nvidia"})
+_OTHER_WORDS = frozenset({"hip", "rocm", "amd", "xpu", "intel", "cpu", "mps", "musa", "npu"})
+
+
+def _platform_words(text: str) -> set[str]:
+    """``is_cuda`` -> {"is", "cuda"}; ``isHip`` -> {"is", "hip"}."""
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", text)
+    return {w for w in re.split(r"[\W_]+", spaced.lower()) if w}
+
+
+def _platform_of(words: set[str]) -> bool | None:
+    """True for words that name CUDA, False for another platform, None for neither or both."""
+    cuda, other = bool(words & _CUDA_WORDS), bool(words & _OTHER_WORDS)
+    return cuda if cuda != other else None
+
+
+def nvidia_branch(test: ast.expr) -> bool | None:
+    """Which branch of ``if test:`` is NVIDIA's: True for the body, False for the ``else``,
+    None when ``test`` is not a platform test discovery recognizes.
+
+    ktuned measures on NVIDIA GPUs, so where the source chooses its configurations by platform
+    (Triton's matmul tutorial: ``if is_cuda(): return cuda_configs() else: return
+    hip_configs()``) the CUDA side is the one the autotuner runs there; the other side's
+    configurations (``waves_per_eu``, AMD's warp counts) would be knobs the tuned machine never
+    uses. A platform test is a name, attribute or call without arguments whose own name says
+    the platform (``is_cuda()``, ``IS_HIP``, ``torch.version.hip``, ``torch.cuda.is_available()``),
+    ``not`` of one, one compared with ``is None`` / ``is not None``, or anything compared with
+    ``==`` / ``!=`` to a string naming the platform (``backend == "cuda"``). A capability test
+    (``torch.cuda.get_device_capability()[0] >= 9``) is not one: it chooses between NVIDIA
+    GPUs."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = nvidia_branch(test.operand)
+        return None if inner is None else not inner
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        op, right = test.ops[0], test.comparators[0]
+        if not isinstance(right, ast.Constant):
+            return None
+        if isinstance(right.value, str) and isinstance(op, (ast.Eq, ast.NotEq)):
+            found = _platform_of(_platform_words(right.value))
+            if found is None:
+                return None
+            return found if isinstance(op, ast.Eq) else not found
+        if right.value is None and isinstance(op, (ast.Is, ast.IsNot)):
+            found = nvidia_branch(test.left)
+            if found is None:
+                return None
+            return found if isinstance(op, ast.IsNot) else not found
+        return None
+    if isinstance(test, ast.Call):
+        if test.args or test.keywords:
+            return None
+        test = test.func
+    parts = dotted_name(test).split(".")
+    if parts == [""]:
+        return None
+    if parts[-1] == "is_available" and len(parts) > 1:  # torch.cuda.is_available()
+        parts = parts[:-1]
+    return _platform_of(_platform_words(parts[-1]))
 
 
 def _eval(node: ast.expr, env: dict[str, object], consts: _Consts = _NO_CONSTS) -> object:
@@ -103,10 +168,27 @@ def _eval(node: ast.expr, env: dict[str, object], consts: _Consts = _NO_CONSTS) 
         raise _Unreadable(f"`{ast.unparse(node)[:60]}`") from exc
 
 
+def _statements(module: ast.Module) -> list[ast.stmt]:
+    """The module's statements (:func:`module_statements`) but those on the non-NVIDIA side of
+    a platform test (``if is_hip(): CONFIGS = [...]``, see :func:`nvidia_branch`)."""
+    off: set[int] = set()
+    for stmt in module_statements(module):
+        if isinstance(stmt, ast.If) and id(stmt) not in off:
+            side = nvidia_branch(stmt.test)
+            if side is not None:
+                skipped = stmt.orelse if side else stmt.body
+                off |= {id(n) for s in skipped for n in ast.walk(s)}
+    return [s for s in module_statements(module) if id(s) not in off]
+
+
 def _either(node: ast.IfExp, consts: _Consts) -> object:
-    """``[1, 2, 4, 8, 16] if is_amd else [1, 2, 4, 8, 16, 32]`` at module level: a platform
-    test discovery cannot evaluate; lists on both sides give their union (the values of
-    either branch are configurations the autotuner may list), equal values that value."""
+    """``[1, 2, 4, 8, 16] if is_amd else [1, 2, 4, 8, 16, 32]`` at module level: NVIDIA's side
+    of a platform test (:func:`nvidia_branch`); a test discovery does not recognize gives the
+    union of lists on both sides (the values of either branch are values the autotuner may
+    list), equal values that value."""
+    side = nvidia_branch(node.test)
+    if side is not None:
+        return _eval(node.body if side else node.orelse, {}, consts)
     body, orelse = _eval(node.body, {}, consts), _eval(node.orelse, {}, consts)
     if isinstance(body, list) and isinstance(orelse, list):
         return list(dict.fromkeys([*body, *orelse]))
@@ -124,7 +206,7 @@ def _constants(module: ast.Module | None, before: ast.stmt | None = None) -> dic
         return {}
     consts: dict[str, object] = {}
     unreadable: set[str] = set()
-    for stmt in module_statements(module):
+    for stmt in _statements(module):
         if stmt is before:
             break
         if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
@@ -226,7 +308,7 @@ def _rebinding(node: ast.expr, module: ast.Module | None) -> ast.stmt | None:
         return None
     bound = [
         s
-        for s in module_statements(module)
+        for s in _statements(module)
         if isinstance(s, ast.Assign)
         and any(isinstance(t, ast.Name) and t.id == node.id for t in s.targets)
     ]
@@ -267,9 +349,20 @@ def _expanded(node: ast.ListComp, env: dict[str, object], consts: _Consts) -> li
     return [(node.elt, e) for e in envs]
 
 
+def _holds_configs(node: ast.expr, module: ast.Module | None) -> bool:
+    """Whether a helper's ``name = node`` binds configurations (:func:`_pairs` reads them):
+    ``node`` spells a ``Config(...)`` call or calls a function of the module without
+    arguments (``configs = get_cuda_configs()``)."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.args:
+        return _function(node.func.id, module) is not None
+    return any(_is_config(n) for n in ast.walk(node) if isinstance(n, ast.expr))
+
+
 def _built(fn: ast.FunctionDef, module: ast.Module | None, consts: _Consts) -> list[_Pair]:
-    """The configurations a helper builds with loops: ``out = []``, ``for X in (...):``
-    (nested), ``cfg = triton.Config(...)``, ``out.append(cfg)``, ``return out``."""
+    """The configurations a helper builds: ``out = []``, ``for X in (...):`` (nested), ``cfg =
+    triton.Config(...)``, ``out.append(cfg)``, ``out = [Config(...) for ...]``, ``out +=
+    [...]`` / ``out.extend(...)``, ``return out``; of a platform test (``if is_cuda():``) only
+    NVIDIA's side runs (:func:`nvidia_branch`)."""
     lists: dict[str, list[_Pair]] = {}
     made: dict[str, _Pair] = {}
 
@@ -287,8 +380,31 @@ def _built(fn: ast.FunctionDef, module: ast.Module | None, consts: _Consts) -> l
                     made[name] = (value, dict(env))
                 elif isinstance(value, ast.List) and not value.elts:
                     lists[name] = []
+                elif _holds_configs(value, module):  # configs = [Config(...) for ...]
+                    lists[name] = _pairs(value, module, dict(env), consts)
                 else:
                     env[name] = _eval(value, env, consts)
+            elif (
+                isinstance(stmt, ast.AugAssign)
+                and isinstance(stmt.op, ast.Add)
+                and isinstance(stmt.target, ast.Name)
+                and stmt.target.id in lists
+            ):  # configs += [Config(...) for ...]
+                lists[stmt.target.id] += _pairs(stmt.value, module, dict(env), consts)
+            elif (
+                isinstance(stmt, ast.Expr)
+                and isinstance(call := stmt.value, ast.Call)
+                and isinstance(call.func, ast.Attribute)
+                and call.func.attr == "extend"
+                and isinstance(call.func.value, ast.Name)
+                and call.func.value.id in lists
+                and len(call.args) == 1
+                and not call.keywords
+            ):
+                lists[call.func.value.id] += _pairs(call.args[0], module, dict(env), consts)
+            elif isinstance(stmt, ast.If) and (side := nvidia_branch(stmt.test)) is not None:
+                if (done := run(stmt.body if side else stmt.orelse, env)) is not None:
+                    return done
             elif isinstance(stmt, ast.For) and not stmt.orelse:
                 for item in _items(stmt.iter, env, consts):
                     inner = dict(env)
@@ -340,6 +456,8 @@ def _pairs(
         return [(e, env) for e in node.elts]
     if isinstance(node, ast.ListComp):
         return _expanded(node, env, consts)
+    if isinstance(node, ast.IfExp) and (side := nvidia_branch(node.test)) is not None:
+        return _pairs(node.body if side else node.orelse, module, env, consts)
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):  # CONFIGS_A + CONFIGS_B
         return _pairs(node.left, module, env, consts) + _pairs(node.right, module, env, consts)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.args:
@@ -367,9 +485,7 @@ def _configs(
 def _function(name: str, module: ast.Module | None) -> ast.FunctionDef | None:
     if module is None:
         return None
-    defs = [
-        s for s in module_statements(module) if isinstance(s, ast.FunctionDef) and s.name == name
-    ]
+    defs = [s for s in _statements(module) if isinstance(s, ast.FunctionDef) and s.name == name]
     return defs[-1] if defs else None
 
 
@@ -383,7 +499,7 @@ def _resolved(node: ast.expr, module: ast.Module | None) -> ast.expr:
         if isinstance(node, ast.Name):
             bound = [
                 s.value
-                for s in module_statements(module)
+                for s in _statements(module)
                 if isinstance(s, ast.Assign)
                 and any(isinstance(t, ast.Name) and t.id == node.id for t in s.targets)
             ]
@@ -421,7 +537,8 @@ def autotune_space(
             f"its @triton.autotune configs could not be read without running the module "
             f"(discovery reads a list of triton.Config, a comprehension over literal lists, a "
             f"module-level list, list + list, or a function that appends Configs in for "
-            f"loops over literals); it stopped at {exc}"
+            f"loops over literals or returns such lists, NVIDIA's side of an `if is_cuda()`); "
+            f"it stopped at {exc}"
         )
     keys = list(dict.fromkeys(k for c in configs for k in c if k not in _OPTIONS))
     missing = [k for k in keys if any(k not in c for c in configs)]
