@@ -306,6 +306,46 @@ def test_an_alias_of_apply_and_a_static_helper_method_are_followed() -> None:
         assert found.baseline["BLOCK"] == 512 and not found.notices
 
 
+def test_a_launcher_calling_an_alias_of_apply_is_followed_into_forward() -> None:
+    """``run = Copy.apply`` at module level, then ``def op(x): return run(x)`` (how
+    flash-linear-attention's ``parallel_rebased`` reaches its kernels): the call of the alias
+    leads into ``Copy.forward`` and ``Copy.backward``; it said "no launch" before."""
+    source = (
+        HEADER
+        + COPY_KERNEL
+        + textwrap.dedent(
+            """
+
+        class Copy(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                out = torch.empty_like(x)
+                BLOCK = 512
+                _copy[(triton.cdiv(x.numel(), BLOCK),)](x, out, x.numel(), BLOCK=BLOCK)
+                return out
+
+            @staticmethod
+            def backward(ctx, grad):
+                out = torch.empty_like(grad)
+                _copy[(triton.cdiv(grad.numel(), 256),)](grad, out, grad.numel(), BLOCK=256)
+                return out
+
+
+        run_copy = Copy.apply
+
+
+        def copy_op(x, scale=1.0):
+            return run_copy(x) * scale
+        """
+        )
+    )
+    found = discover_source(source, "copy_op")
+    assert found is not None and not found.notices, found.notices
+    assert {"BLOCK", "num_warps"} <= set(found.knobs)
+    assert found.baseline["BLOCK"] == 512
+    assert 256 in found.baseline.values()  # backward's launch too
+
+
 def test_an_entry_whose_launcher_is_an_alias_of_apply_gets_its_knobs(tmp_path: Path) -> None:
     """``launcher: run`` where the module binds ``run = Copy.apply``: the loader finds
     ``forward`` behind the alias (it said "not defined ... no knobs discovered" before)."""

@@ -2,10 +2,12 @@
 
 Knob discovery (:mod:`tuned.registry.discovery`) looks for launches in the launcher and in the
 module's functions it calls, :data:`CALL_DEPTH` deep, following ``Fn.apply(...)`` into an
-autograd Function of the module, ``Cls.method(...)`` into a static or class method of one of
-its classes and ``torch.ops.ns.name(...)`` into the function the module registers as that
-operator's implementation (``lib.impl("name", fn)``, ``@torch.library.impl``); when it finds
-none, it names the imported functions the launcher calls (where the kernels then live).
+autograd Function of the module (also through a module-level alias, ``run = Fn.apply`` then
+``run(...)``, as flash-linear-attention and triton.ops expose their Functions),
+``Cls.method(...)`` into a static or class method of one of its classes and
+``torch.ops.ns.name(...)`` into the function the module registers as that operator's
+implementation (``lib.impl("name", fn)``, ``@torch.library.impl``); when it finds none, it
+names the imported functions the launcher calls (where the kernels then live).
 Nothing is executed: syntax trees only.
 """
 
@@ -14,7 +16,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Container, Mapping, Sequence
 
-from tuned.registry.kernel_sources import launcher_functions, module_statements
+from tuned.registry.kernel_sources import alias_of, launcher_functions, module_statements
 from tuned.registry.private_ops import op_implementations, op_reference
 
 __all__ = ["CALL_DEPTH", "imported_callees", "reachable"]
@@ -35,7 +37,8 @@ def reachable(
 ) -> list[ast.FunctionDef]:
     """The launchers, and the module's non-kernel functions they call (breadth first);
     ``Fn.apply(...)`` leads into ``Fn``'s ``forward`` (and ``backward`` when ``backward``),
-    ``Cls.method(...)`` into that method of the module's class ``Cls``."""
+    ``Cls.method(...)`` into that method of the module's class ``Cls``, ``run(...)`` where
+    the module binds ``run = Fn.apply`` (or ``run = other_function``) into what it names."""
     implementations = op_implementations(tree) if tree is not None else {}
     seen: list[ast.FunctionDef] = list(launchers)
     frontier = list(launchers)
@@ -49,6 +52,9 @@ def reachable(
                 if isinstance(node.func, ast.Name):
                     found = functions.get(node.func.id)
                     callees = [] if found is None else [found]
+                    if found is None and tree is not None and alias_of(tree, node.func.id):
+                        # `run(...)` where the module binds `run = Fn.apply`
+                        callees = launcher_functions(tree, node.func.id, backward=backward)
                 elif (  # `Fn.apply(...)` of an autograd Function of the module, or
                     # `Cls.method(...)`: a static or class method of one of its classes
                     isinstance(node.func, ast.Attribute)
