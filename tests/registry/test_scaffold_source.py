@@ -77,19 +77,30 @@ ATTENTION = ADD_SOURCE + textwrap.dedent(
 
 
     attention = _attention.apply
+
+
+    def rms(norm, x):
+        return add(x, norm.weight.expand_as(x)) * norm.eps
     """
 )
 
 
 def test_add_asks_for_flags_and_scalars_instead_of_drawing_tensors(tmp_path: Path) -> None:
-    """``causal`` (tested as a condition) and ``sm_scale`` are not tensors of the shape; a
-    ``normalized_shape`` is the last dimension; both when the module imports and when it
-    raises at import (the signature read from source)."""
+    """``causal`` (tested as a condition) is not a tensor of the shape, nor ``sm_scale``
+    (its usual value, 1/sqrt of the last dimension, with a comment), nor ``norm`` (the
+    launcher reads ``norm.weight``: an object); a ``normalized_shape`` is the last
+    dimension; both when the module imports and when it raises at import (the signature
+    read from source)."""
     user_package(tmp_path, "ok", "attn", ATTENTION)
     user_package(tmp_path, "gpu", "attn", ATTENTION.replace("import triton\n", NO_DRIVER, 1))
     for package in ("ok", "gpu"):
         out = tmp_path / package
-        for launcher in ("attn._attention.apply", "attn.attention", "attn.LayerNorm.apply"):
+        for launcher in (
+            "attn._attention.apply",
+            "attn.attention",
+            "attn.LayerNorm.apply",
+            "attn.rms",
+        ):
             added = ktuned(
                 "registry",
                 "add",
@@ -108,9 +119,12 @@ def test_add_asks_for_flags_and_scalars_instead_of_drawing_tensors(tmp_path: Pat
             inputs = (out / name / "entry.py").read_text()
             body = inputs.split("def make_inputs")[1]
             assert "causal (a flag the launcher tests" in body, inputs
-            assert "sm_scale (a scalar" in body, inputs
+            assert 'sm_scale = 1.0 / shape["D"] ** 0.5  # the usual value' in body, inputs
             assert "causal = rand" not in body and "sm_scale = rand" not in body
             assert "USE_TMA" not in body
+        rms = (out / "rms" / "entry.py").read_text().split("def make_inputs")[1]
+        assert "norm (an object: the launcher reads norm.weight" in rms, rms
+        assert "norm = rand" not in rms
         norm = (out / "layernorm" / "entry.py").read_text()
         assert 'normalized_shape = (shape["D"],)' in norm and "NotImplementedError" not in norm
 

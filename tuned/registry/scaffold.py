@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from tuned.errors import BadInputError
-from tuned.registry.scaffold_source import signature_from_source, tested_params
+from tuned.registry.scaffold_source import object_params, signature_from_source, tested_params
 from tuned.registry.validate import canonical_dtype
 
 __all__ = ["AddedEntry", "add_entry", "infer_inputs", "parse_shape"]
@@ -54,6 +54,19 @@ _SHAPE = re.compile(r"^normalized_shape$")
 #: Scalars by name: a softmax scale (attention's ``sm_scale``), a temperature, a probability.
 _SCALAR = re.compile(
     r"^((sm|softmax|qk|attn)_scale|scaling|temperature|softcap|dropout_p|p_drop(out)?)$", re.I
+)
+#: Scalars whose usual value is known (a softmax scale is 1/sqrt of the head dimension, an
+#: optimizer's betas 0.9 and 0.999): make_inputs passes it, with a comment, instead of a
+#: TODO. Such a value changes the math, not the speed a candidate is timed at.
+_KNOWN_SCALARS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^((sm|softmax|qk|attn)_scale|scaling)$", re.I), "1.0 / {last} ** 0.5"),
+    (re.compile(r"^temperature$", re.I), "1.0"),
+    (re.compile(r"^(dropout_p|p_drop(out)?)$", re.I), "0.0"),
+    (re.compile(r"^(lr|learning_rate)$", re.I), "1e-3"),
+    (re.compile(r"^beta_?1$", re.I), "0.9"),
+    (re.compile(r"^beta_?2$", re.I), "0.999"),
+    (re.compile(r"^(wd|weight_decay)$", re.I), "1e-2"),
+    (re.compile(r"^momentum$", re.I), "0.9"),
 )
 #: Quantization scales: floating point whatever the entry's dtype (an int8 entry's scales).
 _SCALE = re.compile(r"(^|_)(scale|scales|absmax|amax|inv_scale)(_|$)", re.I)
@@ -260,9 +273,13 @@ def infer_inputs(
     params: Sequence[inspect.Parameter],
     dims: Mapping[str, int],
     flags: frozenset[str] = frozenset(),
+    objects: Mapping[str, str] | None = None,
 ) -> tuple[list[str], list[str]]:
     """(lines of make_inputs' body that build each input, parameters it could not infer).
-    ``flags``: parameters the launcher tests as conditions (``if causal:``), never tensors."""
+    ``flags``: parameters the launcher tests as conditions (``if causal:``), never tensors;
+    ``objects``: parameters it reads an attribute of that a tensor lacks (``norm.weight``:
+    :func:`~tuned.registry.scaffold_source.object_params`), with that attribute."""
+    objects = objects or {}
     order = list(dims)
     full = ", ".join(f'shape["{d}"]' for d in order)
     last = f'shape["{order[-1]}"]'
@@ -296,6 +313,14 @@ def infer_inputs(
             continue
         elif _SHAPE.match(p.name):  # F.layer_norm's normalized_shape: the last dimension
             lines.append(f"{var} = ({last},)")
+        elif p.name in objects:
+            todo.append(
+                f"{p.name} (an object: the launcher reads {p.name}.{objects[p.name]}, which a "
+                "tensor lacks: build the value production passes)"
+            )
+            continue
+        elif known := _known_scalar(p.name, last):
+            lines.append(f"{var} = {known}  # the usual value: use production's if it differs")
         elif _SCALAR.search(p.name):
             todo.append(f"{p.name} (a scalar: choose the value production uses)")
             continue
@@ -332,6 +357,15 @@ def infer_inputs(
         names.append(var)
     lines.append(f"return ({', '.join(names)}{',' if len(names) == 1 else ''})")
     return lines, todo
+
+
+def _known_scalar(name: str, last: str) -> str:
+    """The usual value of a scalar parameter named ``name`` (:data:`_KNOWN_SCALARS`) as
+    make_inputs writes it (``last``: the last dimension's expression); "" when unknown."""
+    for pattern, value in _KNOWN_SCALARS:
+        if pattern.match(name):
+            return value.format(last=last)
+    return ""
 
 
 def _is_dtype(annotation: object) -> bool:
@@ -428,8 +462,9 @@ def _module_text(
     params: Sequence[inspect.Parameter],
     dims: Mapping[str, int],
     flags: frozenset[str] = frozenset(),
+    objects: Mapping[str, str] | None = None,
 ) -> tuple[str, list[str]]:
-    body, todo = infer_inputs(params, dims, flags)
+    body, todo = infer_inputs(params, dims, flags, objects)
     signature = ", ".join(p.name for p in params)
     head = [
         f'"""Inputs for {path}, written by `ktuned registry add`.',
@@ -504,7 +539,7 @@ def add_entry(
             ) from failed
         target, params, writes = None, list(read.params), read.returns_nothing
         returned: list[str] = []
-        flags = read.flags
+        flags, objects = read.flags, read.objects
         note = (
             f"{failed}; its signature was read from the source instead. The worker imports "
             "the module too: tune where that import succeeds (e.g. on the GPU machine)"
@@ -514,6 +549,7 @@ def add_entry(
         writes, returned = _written(target)
         fn = _launcher_def(target)
         flags = tested_params(fn) if fn is not None else frozenset()
+        objects = object_params(fn) if fn is not None else {}
     entry_name = name or re.sub(
         r"[^a-z0-9_-]+", "-", path.split(".")[-1 if not path.endswith(".apply") else -2].lower()
     ).strip("-")
@@ -521,7 +557,8 @@ def add_entry(
     if (directory / "kernel.yaml").exists():
         raise BadInputError(f"{directory / 'kernel.yaml'} exists already; choose --name or --out")
     directory.mkdir(parents=True, exist_ok=True)
-    module, todo = _module_text(path, params, shapes[0], flags)
+    module, todo = _module_text(path, params, shapes[0], flags, objects)
+    flags |= frozenset(objects)  # never a tensor, nor an output
     (directory / "entry.py").write_text(module, encoding="utf-8")
     rows = []
     for i, s in enumerate(shapes):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tuned.registry.kernel_sources import MAX_SOURCE_BYTES, locate_launcher
@@ -22,7 +23,7 @@ from tuned.registry.launchers import launcher_definition, returns_nothing
 from tuned.registry.problems import Problems
 from tuned.registry.source import outline_module
 
-__all__ = ["SourceSignature", "signature_from_source", "tested_params"]
+__all__ = ["SourceSignature", "object_params", "signature_from_source", "tested_params"]
 
 #: Annotations ``infer_inputs`` tells apart, by the name written in the source.
 _ANNOTATIONS: dict[str, object] = {"int": int, "float": float, "bool": bool, "str": str}
@@ -35,6 +36,7 @@ class SourceSignature:
     params: tuple[inspect.Parameter, ...]  # the inputs' parameters (``ctx``/``self`` left out)
     returns_nothing: bool
     flags: frozenset[str]  # parameters tested as conditions (:func:`tested_params`)
+    objects: Mapping[str, str]  # parameters read as objects (:func:`object_params`)
 
 
 def tested_params(fn: ast.FunctionDef) -> frozenset[str]:
@@ -50,6 +52,25 @@ def tested_params(fn: ast.FunctionDef) -> frozenset[str]:
         elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
             tests.append(node.operand)
     return frozenset(t.id for t in tests if isinstance(t, ast.Name) and t.id in names)
+
+
+def object_params(fn: ast.FunctionDef) -> dict[str, str]:
+    """The parameters of ``fn`` it reads an attribute of that ``torch.Tensor`` lacks, with
+    the first such attribute: ``fast_rms_layernorm(layernorm, X)`` reads
+    ``layernorm.weight``, a module, never a tensor make_inputs can draw."""
+    import torch
+
+    names = {a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]}
+    found: dict[str, str] = {}
+    reads = [n for n in ast.walk(fn) if isinstance(n, ast.Attribute)]
+    for node in sorted(reads, key=lambda n: (n.lineno, n.col_offset)):  # the first in source
+        if (
+            isinstance(node.value, ast.Name)
+            and node.value.id in names
+            and not hasattr(torch.Tensor, node.attr)
+        ):
+            found.setdefault(node.value.id, node.attr)
+    return found
 
 
 def _annotation(node: ast.expr | None) -> object:
@@ -124,4 +145,5 @@ def signature_from_source(dotted: str) -> SourceSignature | None:
         params=tuple(_parameters(fn, skip)),
         returns_nothing=returns_nothing(fn),
         flags=tested_params(fn),
+        objects=object_params(fn),
     )
