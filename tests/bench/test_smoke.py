@@ -29,6 +29,7 @@ SMOKE: dict[str, tuple[tuple[str, ...], str]] = {
     "liger_discovery.py": ((), "kernels reached"),
     "lookahead_replay.py": ((), "| convolution_A6000_small |"),
     "masking_replay.py": ((), "evaluations to 95% of the best"),
+    "registry_add_probe.py": ((), "# 2 launchers: valid, space 2"),
     "replay_loop.py": ((), "| **mean** |"),
     "scrape_1000.py": ((), "5 kernels"),
     "step_overhead.py": ((), "| main-process overhead per step | ms |"),
