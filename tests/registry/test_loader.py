@@ -532,3 +532,33 @@ def test_scan_of_a_missing_or_non_directory_root(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     with pytest.raises(BadInputError, match="not a directory"):
         scan_registry(tmp_path / "file")
+
+
+MODULE_CLASS = (
+    VALID_MODULE
+    + """
+
+class Softmax(torch.nn.Module):
+    def __init__(self, hidden_size, weight, *, eps, scale=1.0):
+        super().__init__()
+        self.weight = weight
+
+    def forward(self, x, BLOCK_SIZE=1024):
+        return softmax(x, BLOCK_SIZE=BLOCK_SIZE)
+"""
+)
+
+
+def test_a_class_launchers_required_constructor_arguments_come_from_init(tmp_path: Path) -> None:
+    """The worker builds a class launcher as ``Class(**init)``: a required argument ``init``
+    leaves out failed the original's first evaluation, with a ``TypeError`` raised inside
+    ktuned; the check says which, and ``init`` naming them all is valid."""
+    doc = {**valid_doc(), "launcher": "Softmax", "knobs": {"BLOCK_SIZE": [256, 1024]}}
+    doc["init"] = {"hidden_size": "N"}
+    problem = find(
+        problems_of(write_entry(tmp_path / "a", doc, module=MODULE_CLASS)), "init", "weight, eps"
+    )
+    assert "requires weight, eps, which init does not give" in problem.reason
+    assert "hidden_size" not in problem.reason and "scale" not in problem.reason
+    doc["init"] = {"hidden_size": "N", "weight": 2.0, "eps": 1e-6}
+    assert load_entry(write_entry(tmp_path / "b", doc, module=MODULE_CLASS)).name == "softmax"

@@ -201,7 +201,8 @@ class Scale(torch.nn.Module):
 
 def test_add_fills_a_modules_constructor_arguments(tmp_path: Path) -> None:
     """An nn.Module launcher: the constructor's size argument becomes `init:` (the last
-    dimension), one it cannot read is a TODO said by add; with it filled, the entry tunes."""
+    dimension), one it cannot read is a TODO said by add and a problem of `registry check`
+    (an installed class: its module is read); with it filled, the entry tunes."""
     user_package(tmp_path, "usermods", "scale", SCALE_MODULE)
     out = tmp_path / "registry"
     added = ktuned(
@@ -213,6 +214,9 @@ def test_add_fills_a_modules_constructor_arguments(tmp_path: Path) -> None:
     yaml_path = out / "scale" / "kernel.yaml"
     yaml = yaml_path.read_text()
     assert "init: {hidden_size: N}" in yaml, yaml
+    unfilled = ktuned("registry", "check", out / "scale", path=tmp_path)  # not tuned as it is
+    assert unfilled.returncode != 0, unfilled.stdout
+    assert "requires groups, which init does not give" in unfilled.stdout + unfilled.stderr
     yaml_path.write_text(
         yaml.replace("init: {hidden_size: N}", "init: {hidden_size: N, groups: 1}")
     )

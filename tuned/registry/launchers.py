@@ -29,6 +29,7 @@ __all__ = [
     "check_call_fields",
     "check_dotted_path",
     "check_paths_bound",
+    "constructor_missing",
     "launcher_definition",
     "returns_nothing",
     "stub_reason",
@@ -183,6 +184,41 @@ def launcher_definition(
     if name == "forward" and len(parts) == 2:  # autograd Function: forward(ctx, ...)
         return method, 1
     return method, 0 if static else 1
+
+
+def constructor_missing(
+    source: str, path: str, given: Mapping[str, object]
+) -> tuple[int, list[str]]:
+    """For a launcher ``path`` that names a class of ``source`` (an ``nn.Module``): the line of
+    its ``__init__`` and the required parameters of it that ``given`` (``init`` and the knobs)
+    leaves out; ``(0, [])`` for anything else, or a class without an ``__init__`` of its own.
+
+    The worker builds the instance as ``Class(**init, **knobs)``: a required argument missing
+    there fails every evaluation, the original's first, with a ``TypeError`` raised inside
+    ktuned; said here, it is an entry problem before anything runs.
+    """
+    if "." in path:
+        return 0, []
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return 0, []
+    cls = _classes(tree).get(path)
+    init = (
+        None
+        if cls is None
+        else next(
+            (s for s in cls.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None
+        )
+    )
+    if init is None:
+        return 0, []
+    positional = [*init.args.posonlyargs, *init.args.args]
+    required = positional[: len(positional) - len(init.args.defaults)][1:]  # not self
+    required += [
+        a for a, d in zip(init.args.kwonlyargs, init.args.kw_defaults, strict=True) if d is None
+    ]
+    return init.lineno, [a.arg for a in required if a.arg not in given]
 
 
 def returns_nothing(fn: ast.FunctionDef) -> bool:

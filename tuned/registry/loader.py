@@ -25,6 +25,7 @@ from tuned.registry.launchers import (
     check_call_fields,
     check_dotted_path,
     check_paths_bound,
+    constructor_missing,
     launcher_definition,
     returns_nothing,
     stub_reason,
@@ -294,6 +295,34 @@ def _check_module(
     return dict(knobs), baseline, notices, None
 
 
+def _check_constructor(
+    source: str,
+    module: str,
+    launcher: str | None,
+    given: Mapping[str, object],
+    local: frozenset[str],
+    out: Problems,
+) -> None:
+    """A class launcher (the entry's own or an installed module's) whose constructor needs an
+    argument that neither ``init`` nor a knob gives (:func:`constructor_missing`)."""
+    if launcher is None:
+        return
+    installed = find_installed(source, launcher, local)
+    text, qualname, where = source, launcher, module
+    if installed is not None:
+        text, qualname, where = installed.source, installed.qualname, str(installed.path)
+    line, missing = constructor_missing(text, qualname, given)
+    if missing:
+        names = ", ".join(missing)
+        out.add(
+            "init",
+            f"the launcher {launcher} is a class whose constructor (line {line} of {where}) "
+            f"requires {names}, which init does not give: write `init: {{{missing[0]}: ...}}` "
+            "(a number, boolean or string; a shape dimension's name stands for its size); "
+            "a value YAML cannot hold (a tensor) cannot be given to a constructor",
+        )
+
+
 def _returns_nothing_problem(launcher: str, where: str, out: Problems) -> None:
     """A launcher that returns nothing, in an entry that declares no outputs: there would be
     nothing to check (a local launcher's or an installed one's)."""
@@ -398,6 +427,14 @@ def _load(path: Path) -> tuple[KernelSpec | None, list[Problem]]:
             extra,
             call,
             frozenset(rel.split("/")[0].removesuffix(".py") for rel in texts),
+        )
+        _check_constructor(
+            source,
+            module,
+            functions["launcher"],
+            {**(call.init if call is not None else {}), **knobs},
+            frozenset(rel.split("/")[0].removesuffix(".py") for rel in texts),
+            out,
         )
 
     if out.items:
