@@ -234,15 +234,37 @@ def classify_exception(exc: BaseException, phase: str) -> CaseFailure:
     is ``crash`` and fatal (the context is lost); anything else is ``runtime_error``.
     """
     names = {cls.__name__ for cls in type(exc).__mro__}
-    text = f"{type(exc).__name__}: {exc}".strip()
+    cause = _interpreted_cause(exc)
+    if cause is not exc:  # InterpreterError: ValueError: ... (at KERNEL'S FILE:LINE in kernel)
+        said = f"{type(cause).__name__}: {cause}".strip().rstrip(":")
+        text = f"{type(exc).__name__}: {said}"
+    else:
+        text = f"{type(exc).__name__}: {exc}".strip()
     first_line = text.splitlines()[0] if text else type(exc).__name__
-    text += _where(exc)
+    text += _where(cause)
     if "AcceleratorError" in names or "CUDA error" in text or "illegal memory access" in text:
         return CaseFailure("crash", f"CUDA fault in {phase}: {first_line}", fatal=True)
     from_triton = type(exc).__module__.startswith("triton")
     if phase == "compile" and (names & _COMPILE_ERROR_NAMES or from_triton):
         return CaseFailure("compile_error", short(text))
     return CaseFailure("runtime_error", f"{phase}: {short(text)}")
+
+
+def _interpreted_cause(exc: BaseException) -> BaseException:
+    """What failed inside a kernel run by Triton's interpreter: it wraps the exception as
+    ``InterpreterError(repr(e)) from e`` once per ``@triton.jit`` call level, so its message
+    nests escaped reprs, one level per call, and its traceback ends at the launch in the
+    launcher; the innermost cause says what failed, and its traceback the kernel's line.
+    ``exc`` itself for anything else."""
+    seen = 0
+    while (
+        type(exc).__name__ == "InterpreterError"
+        and exc.__cause__ is not None
+        and exc.__cause__ is not exc
+        and seen < 64
+    ):
+        exc, seen = exc.__cause__, seen + 1
+    return exc
 
 
 def _where(exc: BaseException) -> str:
