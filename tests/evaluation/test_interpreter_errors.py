@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tuned.evaluation.checks import CaseFailure, classify_exception
+from tuned.evaluation.checks import CaseFailure, classify_exception, describe
 
 # A helper that calls tl.arange with a runtime bound: the interpreter raises ValueError in
 # _helper, wrapped as InterpreterError by each @triton.jit level (_helper, then _copy).
@@ -73,3 +73,14 @@ def test_other_errors_are_said_as_raised() -> None:
     except KeyError as exc:
         failure = classify_exception(exc, "correctness")
     assert str(failure).startswith("correctness: KeyError: 'mode' (at "), str(failure)
+
+
+def test_an_import_failure_is_described_on_one_line_with_its_place() -> None:
+    """What the worker records when a module raises at import: it was
+    ``format_exception_only``'s text, newline-terminated and without a place."""
+    try:
+        raise ImportError("cannot import name '_cuda_getCurrentRawStream' from 'torch._C'")
+    except ImportError as exc:
+        said = describe(exc)
+    assert said.startswith("ImportError: cannot import name '_cuda_getCurrentRawStream'"), said
+    assert "\n" not in said and f"(at {__file__}:" in said, said

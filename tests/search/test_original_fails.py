@@ -43,3 +43,16 @@ def test_no_driver_at_import_is_told_apart_from_an_autotuner_benchmarking() -> N
     assert "autotuner" not in at_import
     later = original_fails(Outcome.RUNTIME_ERROR, reason, "compile")
     assert "autotuner with several configs" in later
+
+
+def test_a_module_that_fails_to_import_is_told_so_on_one_line() -> None:
+    """A module that raises while it is imported (``from torch._C import
+    _cuda_getCurrentRawStream`` on a CPU build): the note said "fix the entry", and the
+    reason's trailing newline split the status table's row before its closing parenthesis."""
+    reason = (
+        "ImportError: cannot import name '_cuda_getCurrentRawStream' from 'torch._C' "
+        "(at /reg/e/ktuned_candidate_1.py:5 in <module>)\n"
+    )
+    note = original_fails(Outcome.RUNTIME_ERROR, reason, "load")
+    assert "while its module is imported: make the module importable here" in note, note
+    assert "fix the entry" not in note and "\n" not in note, note

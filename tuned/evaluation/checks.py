@@ -18,6 +18,7 @@ __all__ = [
     "classify_exception",
     "clone_inputs",
     "compare_outputs",
+    "describe",
     "output_signature",
     "output_tolerance",
     "sampled_atol",
@@ -248,6 +249,17 @@ def classify_exception(exc: BaseException, phase: str) -> CaseFailure:
     if phase == "compile" and (names & _COMPILE_ERROR_NAMES or from_triton):
         return CaseFailure("compile_error", short(text))
     return CaseFailure("runtime_error", f"{phase}: {short(text)}")
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message (at FILE:LINE in FUNCTION)``, on as few lines as the message has, for
+    an exception outside the phases :func:`classify_exception` maps (a module that raises
+    while it is imported): ``format_exception_only`` ended the reason with a newline, which
+    split the status table's row, and did not say where the module raised."""
+    cause = _interpreted_cause(exc)
+    said = f"{type(cause).__name__}: {cause}".strip().rstrip(":")
+    head = f"{type(exc).__name__}: {said}" if cause is not exc else said
+    return short(head + _where(cause))
 
 
 def _interpreted_cause(exc: BaseException) -> BaseException:

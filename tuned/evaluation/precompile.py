@@ -36,13 +36,12 @@ from __future__ import annotations
 import os
 import sys
 import time
-import traceback
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from tuned.evaluation.checks import CaseFailure, short
+from tuned.evaluation.checks import CaseFailure, describe, short
 from tuned.evaluation.guard import Guard
 from tuned.evaluation.invoke import EntryCall, entry_call, kernel_modules, resolve
 from tuned.evaluation.modules import inputs_module
@@ -392,7 +391,7 @@ def _serve(channel: Channel, loader: ModuleLoader) -> None:
             result = {
                 "outcome": "runtime_error",
                 "phase": job.phase,
-                "reason": short("".join(traceback.format_exception_only(type(exc), exc))),
+                "reason": describe(exc),
             }
         result.setdefault("phase_seconds", {"precompile": time.monotonic() - job.started})
         channel.send({"type": "result", "result": result})

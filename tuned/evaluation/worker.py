@@ -25,13 +25,12 @@ import os
 import platform
 import re
 import sys
-import traceback
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from tuned.evaluation.case_cache import CaseCache
-from tuned.evaluation.checks import CaseFailure, short
+from tuned.evaluation.checks import CaseFailure, describe, short
 from tuned.evaluation.gpu_turn import GpuTurn
 from tuned.evaluation.judge import INTERPRETER_TIMING_SIZE, Abandoned, Case, Evaluation
 from tuned.evaluation.modules import (
@@ -221,8 +220,7 @@ def prepare(
         return {"type": "prepared", "ok": False, "fatal": failure.fatal, "reason": failure.reason}
     except Exception as exc:  # noqa: BLE001 - reported; the spare is still fresh and usable
         evaluation.discard_runners()
-        what = "".join(traceback.format_exception_only(type(exc), exc))
-        return {"type": "prepared", "ok": False, "fatal": False, "reason": short(what)}
+        return {"type": "prepared", "ok": False, "fatal": False, "reason": describe(exc)}
     evaluation.release()
     return {"type": "prepared", "ok": True, "seconds": sum(evaluation.phase_seconds.values())}
 
@@ -267,7 +265,7 @@ def evaluate(
         result = {
             "outcome": "runtime_error",
             "phase": evaluation.phase,
-            "reason": short("".join(traceback.format_exception_only(type(exc), exc))),
+            "reason": describe(exc),
             "phase_seconds": evaluation.phase_seconds,
         }
     return result, fatal

@@ -56,6 +56,12 @@ def original_fails(outcome: Outcome, reason: str, phase: str = "") -> str:
             "here as installed (its supported devices, PyTorch and Triton versions) and that "
             "the entry's inputs are what it expects; nothing was tuned"
         )
+    if phase == "load":  # its module (or one it imports) raised while it was imported
+        return (
+            f"the original fails ({outcome.value}: {reason.strip()}) while its module is "
+            "imported: make the module importable here (module-level code that needs a GPU "
+            'or runs tests belongs under `if __name__ == "__main__":`); nothing was tuned'
+        )
     return f"the original fails ({outcome.value}: {reason}); fix the entry, nothing was tuned"
 
 
