@@ -67,15 +67,23 @@ def harness_launchers(directory: Path) -> list[str]:
     found = []
     for harness in sorted(directory.glob("*.py")):
         text = harness.read_text(encoding="utf-8", errors="replace")
-        imported = re.search(r"^from ([\w.]+) import ([\w, ]+)", text, re.M)
-        if imported is None or imported.group(1) in ("performance_utils",):
-            continue
-        names = [n.strip() for n in imported.group(2).split(",") if n.strip()]
         call = re.search(r"def call_op\(self, input_tensor\):\n(.*?)\n\n", text, re.S)
         body = call.group(1) if call else ""
+        # The import of the op: the one whose name call_op uses, else the first that is not
+        # the harness's own (performance_utils) nor typing's (`from typing import Union`
+        # came before the op's import in one harness, and Union was probed as its launcher).
+        imports = [
+            (m.group(1), [n.strip() for n in m.group(2).split(",") if n.strip()])
+            for m in re.finditer(r"^from ([\w.]+) import ([\w, ]+)", text, re.M)
+            if m.group(1) not in ("performance_utils", "typing", "__future__")
+        ]
+        used = [(mod, ns) for mod, ns in imports if any(re.search(rf"\b{n}\b", body) for n in ns)]
+        if not (used or imports):
+            continue
+        module, names = (used or imports)[0]
         name = next((n for n in names if re.search(rf"\b{n}\b", body)), names[0])
         attr = re.search(rf"\b{name}\.(apply|forward)\b", body)
-        found.append(f"{imported.group(1)}.{name}" + (f".{attr.group(1)}" if attr else ""))
+        found.append(f"{module}.{name}" + (f".{attr.group(1)}" if attr else ""))
     return found
 
 
