@@ -38,6 +38,7 @@ from typing import Any
 from profilers.timing import TimingSettings
 from tuned.evaluation.case_cache import DEFAULT_CAPACITY_BYTES, CaseCache
 from tuned.evaluation.checks import (
+    ALIAS_HINT,
     CaseFailure,
     as_tuple,
     classify_exception,
@@ -67,6 +68,20 @@ _OUTCOMES = frozenset(
 )
 _SECRET = random.SystemRandom()
 _TIMING_SEEDS: dict[Any, list[int]] = {}  # per case, drawn once per judge process
+
+
+def _modified(changed: int, described: Sequence[Any]) -> str:
+    """The reason of a call that changed its input ``changed``. An output that is that input
+    (a launcher writing into an argument and returning it, not declared in ``outputs``) says
+    what to declare. An output that is an input the call left as it was is a pass-through
+    (Liger's ``swiglu_forward`` returns ``a, b, c``, its rope ``q, k, cos, sin``): compared
+    like any output, never refused for sharing memory."""
+    for i, meta in enumerate(described):
+        if isinstance(meta, dict) and meta.get("input") == changed:
+            return (
+                f"output {i} shares memory with input {changed}, which the call changed{ALIAS_HINT}"
+            )
+    return f"the candidate modified its input {changed}"
 
 
 @dataclass(frozen=True)
@@ -370,7 +385,7 @@ class Evaluation:
             if isinstance(meta, dict) and meta.get("kind") == "bad"
         ]
         if changed is not None:
-            failures.append(CaseFailure("cheat", f"the candidate modified its input {changed}"))
+            failures.append(CaseFailure("cheat", _modified(changed, described)))
         if failures and deferred is None:
             raise failures[0]
         if failures and deferred is not None:
