@@ -56,3 +56,19 @@ def test_a_module_that_fails_to_import_is_told_so_on_one_line() -> None:
     note = original_fails(Outcome.RUNTIME_ERROR, reason, "load")
     assert "while its module is imported: make the module importable here" in note, note
     assert "fix the entry" not in note and "\n" not in note, note
+
+
+def test_a_place_in_a_workers_copy_is_said_as_a_line_of_the_module() -> None:
+    """Nearly every original that failed in a TritonBench-G run was said to fail at
+    ``/ktuned/modules/judge/entry_<hash>/ktuned_candidate_<hash>.py:90``: a path inside the
+    sandbox, which nobody can open; the module it is a copy of is named instead."""
+    reason = (
+        "compile: IndexError: tuple index out of range (at /ktuned/modules/judge/entry_40484"
+        "9917f517a85/ktuned_candidate_4799f53194bd1855.py:90 in forward)"
+    )
+    note = original_fails(Outcome.RUNTIME_ERROR, reason, "compile", "pkg.attention_fwd")
+    assert "ktuned_candidate_" not in note and "/ktuned/modules" not in note, note
+    assert "(at line 90 of ktuned's copy of pkg.attention_fwd, in forward)" in note, note
+    assert note.endswith("fix the entry, nothing was tuned"), note
+    site = f"compile: AttributeError: x (at {SITE}/fla/utils.py:455 in custom_device_ctx)"
+    assert "fla/utils.py:455" in original_fails(Outcome.RUNTIME_ERROR, site, "compile", "m")

@@ -30,9 +30,11 @@ _NO_DRIVER = "active drivers"
 _OUT_OF_TIME = "stopped by the time limit after {done} candidate(s); a rerun continues"
 
 
-def original_fails(outcome: Outcome, reason: str, phase: str = "") -> str:
+def original_fails(outcome: Outcome, reason: str, phase: str = "", module: str = "") -> str:
     """The campaign's note when the original does not run: what to do about it. ``phase``:
-    the worker's phase it failed in (``load``: importing the module)."""
+    the worker's phase it failed in (``load``: importing the module); ``module``: the module
+    the worker's copies are made of (:func:`copy_places`)."""
+    reason = copy_places(reason, module)
     if _NO_DRIVER in reason and phase == "load":
         return (
             f"the original fails ({outcome.value}: {reason.strip()}) while its module is "
@@ -67,6 +69,25 @@ def original_fails(outcome: Outcome, reason: str, phase: str = "") -> str:
 
 #: Where a worker's failure reason says it was raised: ``(at /path/file.py:455 in fn)``.
 _AT = re.compile(r"\(at (?P<path>[^()]+?\.py):(?P<line>\d+) in (?P<fn>[\w<>.]+)\)")
+
+
+#: A place in a worker's copy of the tuned module (``ktuned_candidate_<hash>.py``, under the
+#: worker's directory: ``/ktuned/modules/...`` in the sandbox).
+_COPY_AT = re.compile(
+    r"\(at (?P<path>[^()]*?ktuned_candidate_[0-9a-f]+\.py):(?P<line>\d+) in (?P<fn>[\w<>.]+)\)"
+)
+
+
+def copy_places(reason: str, module: str) -> str:
+    """``reason`` with each place in a worker's copy said as a line of ``module`` (the entry's
+    module file, or an installed module's dotted name): the copy's path is inside the worker's
+    directory (the sandbox's ``/ktuned/modules/...``), which nobody outside it can open. A
+    copy has the knobs written in, which can add lines: the line is the copy's."""
+    if not module:
+        return reason
+    return _COPY_AT.sub(
+        lambda m: f"(at line {m['line']} of ktuned's copy of {module}, in {m['fn']})", reason
+    )
 
 
 #: Packages whose own code raises what their callers got wrong (a shape, a dtype): a failure
@@ -142,7 +163,10 @@ class Campaign(SpeculatingCampaign):
             return first
         if baseline.result.outcome is not Outcome.OK:
             self.note = original_fails(
-                baseline.result.outcome, baseline.result.reason, baseline.result.phase
+                baseline.result.outcome,
+                baseline.result.reason,
+                baseline.result.phase,
+                self.spec.installed_module or str(self.spec.directory / self.spec.module),
             )
             return None
         done = sum(1 for t in trials if t.provenance is not Provenance.ORIGINAL)
@@ -234,7 +258,10 @@ class Campaign(SpeculatingCampaign):
             return []
         if baseline.result.outcome is not Outcome.OK:
             self.note = original_fails(
-                baseline.result.outcome, baseline.result.reason, baseline.result.phase
+                baseline.result.outcome,
+                baseline.result.reason,
+                baseline.result.phase,
+                self.spec.installed_module or str(self.spec.directory / self.spec.module),
             )
             return []
         done = sum(1 for t in trials if t.provenance is not Provenance.ORIGINAL)
