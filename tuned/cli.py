@@ -509,11 +509,15 @@ def _status(args: argparse.Namespace) -> int:
 
 def _original_failure(store: Store, kernel: str, generation: str) -> str:
     """Describe the generation's original's failure, on any fingerprint ("" when the original
-    never failed)."""
+    never failed); a place in a worker's copy of the module is said as a line of the copy
+    (:func:`tuned.search.campaign.copy_places`: the copy's path is inside the sandbox)."""
+    from tuned.search.campaign import copy_places
+
     for fid in store.known_fingerprints():
         for t in store.trials(kernel, generation, fid):
             if t.provenance.value == "original" and t.result.outcome.value != "ok":
-                reason = (t.result.reason or "").strip().splitlines()
+                text = copy_places(t.result.reason or "", "its module")
+                reason = text.strip().splitlines()
                 said = f"the original failed: {t.result.outcome.value} in {t.result.phase}"
                 return said + (f" ({reason[0][:160]})" if reason else "")
     return ""

@@ -79,6 +79,8 @@ def test_status_says_the_original_failed(tmp_path: Path, write_entry: WriteEntry
     row = next(line for line in status.stdout.splitlines() if line.startswith("broken"))
     assert "none" not in row.split("  ")[-1]
     assert "the original failed: runtime_error" in row and "boom" in row
+    # where it raised, as a line of the module's copy: not the copy's path inside the sandbox
+    assert "ktuned_candidate_" not in row and "of ktuned's copy of its module, in add)" in row
     # `best` says why there is none, rather than to run a tune that has run
     best = ktuned("best", "broken", state=state)
     assert best.returncode != 0
