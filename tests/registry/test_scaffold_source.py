@@ -151,3 +151,44 @@ def test_add_reads_the_source_when_the_modules_own_imports_fail(tmp_path: Path) 
         assert "has no attribute" not in added.stdout + added.stderr
     absent = ktuned("registry", "add", "corpus.absent.add", "--shape", "N=4", path=tmp_path)
     assert absent.returncode == 2 and "has no attribute 'absent'" in absent.stderr, absent.stderr
+
+
+def test_a_tensor_read_with_more_dimensions_than_the_shape_is_drawn_by_name_or_asked_for() -> None:
+    """``B, H, L, D = q.shape`` in the launcher: with --shape B,H,L,D the tensor is drawn in
+    that order; with a 2-D --shape (a new user's first try) make_inputs is a TODO naming the
+    line and the dimensions to give, instead of a 2-D tensor the original fails on. A read
+    under an ``if`` proves nothing (another rank may be meant)."""
+    import ast
+    import inspect
+
+    from tuned.registry.scaffold import infer_inputs
+    from tuned.registry.scaffold_source import shape_reads
+
+    fn = ast.parse(
+        textwrap.dedent(
+            """
+            def attention(q, k, v, bias):
+                B, H, L, D = q.shape
+                kv_len = k.stride(2)
+                if v.dim() == 3:
+                    _, L, D = v.shape
+                return q
+            """
+        )
+    ).body[0]
+    assert isinstance(fn, ast.FunctionDef)
+    reads = shape_reads(fn)
+    assert reads["q"].names == ("B", "H", "L", "D") and reads["k"].rank == 3
+    assert "v" not in reads and "bias" not in reads
+    params = [
+        inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in ("q", "k", "v")
+    ]
+    named, todo = infer_inputs(params, {"D": 8, "L": 16, "H": 2, "B": 1}, reads=reads)
+    assert not todo
+    assert 'q = rand(shape["B"], shape["H"], shape["L"], shape["D"])' in named, named
+    assert 'k = rand(shape["D"], shape["L"], shape["H"], shape["B"])' in named  # in order
+    flat, todo = infer_inputs(params, {"M": 64, "N": 64}, reads=reads)
+    assert len(todo) == 2 and 'v = rand(shape["M"], shape["N"])' in flat, (flat, todo)
+    assert "q (the launcher reads it as 4-D, line 3: `B, H, L, D = q.shape`" in todo[0]
+    assert "e.g. B=...,H=...,L=...,D=..." in todo[0]
+    assert "k (the launcher reads it as 3-D" in todo[1]

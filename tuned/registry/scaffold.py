@@ -36,7 +36,13 @@ from pathlib import Path
 from typing import Any
 
 from tuned.errors import BadInputError
-from tuned.registry.scaffold_source import object_params, signature_from_source, tested_params
+from tuned.registry.scaffold_source import (
+    ShapeRead,
+    object_params,
+    shape_reads,
+    signature_from_source,
+    tested_params,
+)
 from tuned.registry.validate import canonical_dtype
 
 __all__ = ["AddedEntry", "add_entry", "infer_inputs", "parse_shape"]
@@ -274,12 +280,14 @@ def infer_inputs(
     dims: Mapping[str, int],
     flags: frozenset[str] = frozenset(),
     objects: Mapping[str, str] | None = None,
+    reads: Mapping[str, ShapeRead] | None = None,
 ) -> tuple[list[str], list[str]]:
     """(lines of make_inputs' body that build each input, parameters it could not infer).
     ``flags``: parameters the launcher tests as conditions (``if causal:``), never tensors;
     ``objects``: parameters it reads an attribute of that a tensor lacks (``norm.weight``:
     :func:`~tuned.registry.scaffold_source.object_params`), with that attribute."""
     objects = objects or {}
+    reads = reads or {}
     order = list(dims)
     full = ", ".join(f'shape["{d}"]' for d in order)
     last = f'shape["{order[-1]}"]'
@@ -352,11 +360,38 @@ def infer_inputs(
             what = getattr(p.annotation, "__name__", p.annotation)
             todo.append(f"{p.name} (a {what}: build the value production passes)")
             continue
+        elif p.name in reads and (drawn := _read_as(reads[p.name], order)) is not None:
+            if not drawn:
+                read = reads[p.name]
+                todo.append(
+                    f"{p.name} (the launcher reads it as {read.rank}-D, line {read.line}: "
+                    f"`{read.text}`; the shape has {len(order)} dimensions: give --shape "
+                    f"the dimensions it needs{_named(read)})"
+                )
+                continue
+            lines.append(f"{var} = rand({drawn})")
         else:
             lines.append(f"{var} = rand({full})")
         names.append(var)
     lines.append(f"return ({', '.join(names)}{',' if len(names) == 1 else ''})")
     return lines, todo
+
+
+def _read_as(read: ShapeRead, order: Sequence[str]) -> str | None:
+    """How make_inputs draws a tensor the launcher reads as ``read``: its unpacked names in
+    that order where the shape has every one (``B, H, L, D = q.shape`` with ``--shape
+    B=..,H=..,L=..,D=..``); "" when the shape has fewer dimensions than it reads (a TODO);
+    None to draw it with the shape's dimensions in order, as before."""
+    if read.names and all(n is not None and n in order for n in read.names):
+        return ", ".join(f'shape["{n}"]' for n in read.names)
+    if read.rank > len(order):
+        return ""
+    return None
+
+
+def _named(read: ShapeRead) -> str:
+    named = [n for n in read.names if n is not None]
+    return f", e.g. {','.join(f'{n}=...' for n in named)}" if len(named) == read.rank else ""
 
 
 def _known_scalar(name: str, last: str) -> str:
@@ -463,8 +498,9 @@ def _module_text(
     dims: Mapping[str, int],
     flags: frozenset[str] = frozenset(),
     objects: Mapping[str, str] | None = None,
+    reads: Mapping[str, ShapeRead] | None = None,
 ) -> tuple[str, list[str]]:
-    body, todo = infer_inputs(params, dims, flags, objects)
+    body, todo = infer_inputs(params, dims, flags, objects, reads)
     signature = ", ".join(p.name for p in params)
     head = [
         f'"""Inputs for {path}, written by `ktuned registry add`.',
@@ -539,7 +575,7 @@ def add_entry(
             ) from failed
         target, params, writes = None, list(read.params), read.returns_nothing
         returned: list[str] = []
-        flags, objects = read.flags, read.objects
+        flags, objects, reads = read.flags, read.objects, read.shapes
         note = (
             f"{failed}; its signature was read from the source instead. The worker imports "
             "the module too: tune where that import succeeds (e.g. on the GPU machine)"
@@ -550,6 +586,7 @@ def add_entry(
         fn = _launcher_def(target)
         flags = tested_params(fn) if fn is not None else frozenset()
         objects = object_params(fn) if fn is not None else {}
+        reads = shape_reads(fn) if fn is not None else {}
     entry_name = name or re.sub(
         r"[^a-z0-9_-]+", "-", path.split(".")[-1 if not path.endswith(".apply") else -2].lower()
     ).strip("-")
@@ -557,7 +594,7 @@ def add_entry(
     if (directory / "kernel.yaml").exists():
         raise BadInputError(f"{directory / 'kernel.yaml'} exists already; choose --name or --out")
     directory.mkdir(parents=True, exist_ok=True)
-    module, todo = _module_text(path, params, shapes[0], flags, objects)
+    module, todo = _module_text(path, params, shapes[0], flags, objects, reads)
     flags |= frozenset(objects)  # never a tensor, nor an output
     (directory / "entry.py").write_text(module, encoding="utf-8")
     rows = []

@@ -23,7 +23,14 @@ from tuned.registry.launchers import launcher_definition, returns_nothing
 from tuned.registry.problems import Problems
 from tuned.registry.source import outline_module
 
-__all__ = ["SourceSignature", "object_params", "signature_from_source", "tested_params"]
+__all__ = [
+    "ShapeRead",
+    "SourceSignature",
+    "object_params",
+    "shape_reads",
+    "signature_from_source",
+    "tested_params",
+]
 
 #: Annotations ``infer_inputs`` tells apart, by the name written in the source.
 _ANNOTATIONS: dict[str, object] = {"int": int, "float": float, "bool": bool, "str": str}
@@ -37,6 +44,7 @@ class SourceSignature:
     returns_nothing: bool
     flags: frozenset[str]  # parameters tested as conditions (:func:`tested_params`)
     objects: Mapping[str, str]  # parameters read as objects (:func:`object_params`)
+    shapes: Mapping[str, ShapeRead]  # how parameters' shapes are read (:func:`shape_reads`)
 
 
 def tested_params(fn: ast.FunctionDef) -> frozenset[str]:
@@ -52,6 +60,90 @@ def tested_params(fn: ast.FunctionDef) -> frozenset[str]:
         elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
             tests.append(node.operand)
     return frozenset(t.id for t in tests if isinstance(t, ast.Name) and t.id in names)
+
+
+@dataclass(frozen=True)
+class ShapeRead:
+    """How a launcher reads a tensor parameter's shape, in its own statements (not under an
+    ``if``, a loop or a ``try``, where another rank may be meant): at least ``rank``
+    dimensions, and the names it unpacks them into (``B, H, L, D = q.shape``), None per
+    position that is not a plain name, or no names when it does not unpack."""
+
+    rank: int
+    names: tuple[str | None, ...]
+    line: int
+    text: str  # the statement, for the note
+
+
+def shape_reads(fn: ast.FunctionDef) -> dict[str, ShapeRead]:
+    """The parameters of ``fn`` whose rank its top-level statements show: unpacking
+    ``p.shape`` / ``p.size()`` (exactly that many dimensions), or ``p.shape[i]``,
+    ``p.size(i)``, ``p.stride(i)`` with a literal ``i >= 0`` (at least ``i + 1``). Real
+    launchers read ``q.shape`` as 4-D while ``registry add`` drew every tensor with the
+    ``--shape`` given, 2-D in a new user's first try: the original then failed on
+    "not enough values to unpack" (99 of TritonBench-G's 159 valid entries)."""
+    names = {a.arg for a in [*fn.args.posonlyargs, *fn.args.args]}
+    found: dict[str, ShapeRead] = {}
+
+    def shape_of(node: ast.expr) -> str | None:
+        if isinstance(node, ast.Attribute) and node.attr == "shape":
+            base = node.value
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "size"
+            and not node.args
+        ):
+            base = node.func.value
+        else:
+            return None
+        return base.id if isinstance(base, ast.Name) and base.id in names else None
+
+    def indexed(node: ast.AST) -> tuple[str, int] | None:
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            owner, index = shape_of(node.value), node.slice.value
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("size", "stride")
+            and len(node.args) == 1
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id in names
+        ):
+            owner, index = node.func.value.id, node.args[0].value
+        else:
+            return None
+        if owner is None or not isinstance(index, int) or isinstance(index, bool) or index < 0:
+            return None
+        return owner, index
+
+    for stmt in fn.body:
+        if isinstance(stmt, (ast.If, ast.For, ast.While, ast.Try, ast.With, ast.FunctionDef)):
+            continue
+        text = ast.unparse(stmt)
+        text = text if len(text) <= 60 else f"{text[:57]}..."
+        if (
+            isinstance(stmt, ast.Assign)
+            and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], (ast.Tuple, ast.List))
+            and (owner := shape_of(stmt.value)) is not None
+            and not any(isinstance(e, ast.Starred) for e in stmt.targets[0].elts)
+        ):
+            unpacked = tuple(
+                e.id if isinstance(e, ast.Name) and e.id != "_" else None
+                for e in stmt.targets[0].elts
+            )
+            found.setdefault(owner, ShapeRead(len(unpacked), unpacked, stmt.lineno, text))
+            continue
+        for node in ast.walk(stmt):
+            hit = indexed(node)
+            if hit is not None:
+                owner, index = hit
+                known = found.get(owner)
+                if known is None or (not known.names and known.rank < index + 1):
+                    found[owner] = ShapeRead(index + 1, (), stmt.lineno, text)
+    return found
 
 
 def object_params(fn: ast.FunctionDef) -> dict[str, str]:
@@ -146,4 +238,5 @@ def signature_from_source(dotted: str) -> SourceSignature | None:
         returns_nothing=returns_nothing(fn),
         flags=tested_params(fn),
         objects=object_params(fn),
+        shapes=shape_reads(fn),
     )
