@@ -1,7 +1,8 @@
 """``ktuned registry add`` + ``registry check`` over a corpus of launchers, as a new user would.
 
 CPU, static (the launchers' modules are imported when they can be, never run beyond that):
-for each dotted launcher it writes an entry at one shape and dtype, scans it, and prints
+for each dotted launcher it writes an entry at one shape and dtype (with several ``--shape``,
+the first whose entry is valid, as a user would try a 2-D and then a 4-D one), scans it, and prints
 whether it is valid as written, the size of its discovered space, and what stops the rest
 (the TODOs ``registry add`` leaves: a value only production knows, e.g. a caller's block size
 or an integer offset). Totals at the end.
@@ -122,7 +123,9 @@ def main() -> int:
     parser.add_argument("--launchers", type=Path, help="file: one dotted launcher per line")
     parser.add_argument("--harnesses", type=Path, help="perf harnesses (TritonBench layout)")
     parser.add_argument("--path", type=Path, action="append", default=[], help="on sys.path")
-    parser.add_argument("--shape", default="M=256,N=256")
+    parser.add_argument(
+        "--shape", action="append", help="NAME=SIZE,...; repeat: tried in order (M=256,N=256)"
+    )
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--json", type=Path, help="write every row here")
     args = parser.parse_args()
@@ -131,7 +134,7 @@ def main() -> int:
     for extra in args.path:
         sys.path.insert(0, str(extra.resolve()))
     launchers: list[str] = []
-    shape: dict[str, int] = {}
+    shapes: list[dict[str, int]] = []
     if args.launchers:
         lines = args.launchers.read_text(encoding="utf-8").splitlines()
         launchers += [ln.split("#")[0].strip() for ln in lines if ln.split("#")[0].strip()]
@@ -144,10 +147,11 @@ def main() -> int:
         (smoke / "smoke_corpus" / "ops.py").write_text(SMOKE_SOURCE)
         sys.path.insert(0, str(smoke))
         launchers = ["smoke_corpus.ops.add", "smoke_corpus.ops.add_into"]
-        shape = {"N": 1024}
+        shapes = [{"N": 1024}]
     if not launchers:
         parser.error("no launchers: give --launchers FILE or --harnesses DIR")
-    shape = shape if args.smoke else parse_shape(args.shape)
+    if not args.smoke:
+        shapes = [parse_shape(text) for text in args.shape or ["M=256,N=256"]]
 
     def stuck(*_: object) -> None:
         raise TimeoutError(f"more than {PER_LAUNCHER_S} s")
@@ -159,7 +163,11 @@ def main() -> int:
         for launcher in launchers:
             signal.alarm(PER_LAUNCHER_S)
             try:
-                row = probe(launcher, shape, args.dtype, out)
+                for i, shape in enumerate(shapes):  # the first shape whose entry is valid
+                    row = probe(launcher, shape, args.dtype, out / str(i))
+                    row["shape"] = shape
+                    if status(row).startswith("valid"):
+                        break
             except TimeoutError as exc:
                 row = {"launcher": launcher, "error": f"TimeoutError: {exc}"}
             finally:
