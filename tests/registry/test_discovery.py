@@ -934,3 +934,46 @@ def test_a_kernels_only_block_size_reaches_a_thousand_from_a_small_literal() -> 
     )
     assert tile is not None
     assert max(tile.knobs["BLOCK_M"]) == 64 and max(tile.knobs["BLOCK_N"]) == 64, tile.knobs
+
+
+def test_a_block_that_is_a_dimension_itself_is_not_grown() -> None:
+    """``BLOCK_DMODEL=Lk`` with ``Lk = k.shape[-1]`` (attention's head dimension) in a kernel
+    that covers the block in one pass: ``x2`` would read past the head dimension where the
+    kernel does not mask; not a knob, with a note. A block computed from the dimension
+    (``triton.next_power_of_2``) still is."""
+    source = HEADER + textwrap.dedent(
+        """
+        @triton.jit
+        def _rows(x_ptr, out_ptr, BLOCK_DMODEL: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK_DMODEL + tl.arange(0, BLOCK_DMODEL)
+            tl.store(out_ptr + offs, tl.load(x_ptr + offs))
+
+
+        def exact(q, k):
+            Lq, Lk = q.shape[-1], k.shape[-1]
+            out = torch.empty_like(q)
+            _rows[(q.shape[0],)](q, out, BLOCK_DMODEL=Lk)
+            return out
+
+
+        def at_launch(q):
+            out = torch.empty_like(q)
+            _rows[(q.shape[0],)](q, out, BLOCK_DMODEL=q.shape[-1])
+            return out
+
+
+        def padded(q):
+            D = triton.next_power_of_2(q.shape[-1])
+            out = torch.empty_like(q)
+            _rows[(q.shape[0],)](q, out, BLOCK_DMODEL=D)
+            return out
+        """
+    )
+    for launcher, read in (("exact", "`Lk = k.shape[-1]`"), ("at_launch", "`q.shape[-1]`")):
+        found = discover_source(source, launcher)
+        assert found is not None and set(found.knobs) == {"num_warps"}, found.knobs
+        assert any(f"is a dimension itself ({read})" in n.reason for n in found.notices), [
+            n.reason for n in found.notices
+        ]
+    padded = discover_source(source, "padded")
+    assert padded is not None and padded.knobs.get("D") == ("x1", "x2"), padded.knobs

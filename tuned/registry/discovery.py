@@ -490,6 +490,16 @@ class _Finder:
                 name = _unique(name, taken, use.scope)
             taken.add(name)
             scale = use.form in ("rebind", "wrap", "heuristic")
+            if use.form in ("rebind", "wrap") and rule == "block" and not use.shrink:
+                read = _dimension_read(use)
+                if read:  # BLOCK_DMODEL=Lk with Lk = k.shape[-1]: the dimension itself
+                    self.note(
+                        use.nodes[0][0],
+                        f"{use.base} is a dimension itself (`{read}`) and the block it feeds "
+                        f"({', '.join(sorted(use.targets))}) covers it in one pass: not tuned "
+                        "(a larger block reads past it where the kernel does not mask)",
+                    )
+                    continue
             if scale:
                 values: tuple[KnobValue, ...] = scale_values(rule, shrink=use.shrink)
                 baseline: KnobValue = "x1"
@@ -587,6 +597,52 @@ def _caller_value(
         if knob_rule({value.id}, 1) is not None:
             return False
     return True
+
+
+def _dimension_read(use: _Use) -> str:
+    """The binding (as written) when every statement that binds ``use`` binds it to one
+    dimension of a tensor, as read (``Lk = k.shape[-1]``, ``D = x.size(1)``, or that element
+    of a tuple assignment), not a value computed from it (``triton.next_power_of_2(D)``);
+    "" otherwise."""
+    shown = ""
+    for node, _ in use.nodes:
+        value = _bound_value(node, use.base)
+        is_dim = (
+            isinstance(value, ast.Subscript)
+            and isinstance(value.value, ast.Attribute)
+            and value.value.attr == "shape"
+        ) or (
+            isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Attribute)
+            and value.func.attr == "size"
+            and len(value.args) == 1
+        )
+        if not is_dim or value is None:
+            return ""
+        shown = shown or (
+            ast.unparse(value)
+            if isinstance(node, ast.expr)
+            else f"{use.base} = {ast.unparse(value)}"
+        )
+    return shown
+
+
+def _bound_value(stmt: ast.AST, name: str) -> ast.expr | None:
+    """What ``stmt`` binds ``name`` to: an assignment's value, or the element of a tuple
+    assignment (``Lq, Lk = q.shape[-1], k.shape[-1]``) in ``name``'s place; an expression
+    written at the launch (``BLOCK=x.shape[-1]``) is its own value."""
+    if isinstance(stmt, ast.expr):
+        return stmt
+    if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
+        return None
+    target = stmt.targets[0]
+    if isinstance(target, ast.Name):
+        return stmt.value if target.id == name else None
+    if isinstance(target, ast.Tuple) and isinstance(stmt.value, ast.Tuple):
+        for element, value in zip(target.elts, stmt.value.elts, strict=False):
+            if isinstance(element, ast.Name) and element.id == name:
+                return value
+    return None
 
 
 def _unique(name: str, taken: set[str], scope: str) -> str:
