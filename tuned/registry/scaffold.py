@@ -285,7 +285,21 @@ def infer_inputs(
     """(lines of make_inputs' body that build each input, parameters it could not infer).
     ``flags``: parameters the launcher tests as conditions (``if causal:``), never tensors;
     ``objects``: parameters it reads an attribute of that a tensor lacks (``norm.weight``:
-    :func:`~tuned.registry.scaffold_source.object_params`), with that attribute."""
+    :func:`~tuned.registry.scaffold_source.object_params`), with that attribute; ``reads``:
+    how it reads parameters' shapes (:func:`~tuned.registry.scaffold_source.shape_reads`)."""
+    lines, todo, _ = _plan_inputs(params, dims, flags, objects, reads)
+    return lines, todo
+
+
+def _plan_inputs(
+    params: Sequence[inspect.Parameter],
+    dims: Mapping[str, int],
+    flags: frozenset[str] = frozenset(),
+    objects: Mapping[str, str] | None = None,
+    reads: Mapping[str, ShapeRead] | None = None,
+) -> tuple[list[str], list[str], frozenset[str]]:
+    """:func:`infer_inputs`, and the parameters it draws as tensors (those a launcher's
+    kernels can store into: :func:`_stored_outputs`)."""
     objects = objects or {}
     reads = reads or {}
     order = list(dims)
@@ -294,6 +308,7 @@ def infer_inputs(
     lines: list[str] = []
     todo: list[str] = []
     names: list[str] = []
+    tensors: set[str] = set()
     taken = set(_LOCALS) | {p.name for p in params}
     typed = any(_DTYPE.match(p.name) or _is_dtype(p.annotation) for p in params)
     out_dtype = "dtype if dtype.is_floating_point else torch.float32" if typed else "dtype"
@@ -340,16 +355,20 @@ def infer_inputs(
             lines.append(f"{var} = dtype if dtype.is_floating_point else torch.float32")
         elif p.name in outputs:  # written by the launcher: zeros of the output's dtype
             lines.append(f"{var} = torch.zeros({full}, dtype={out_dtype}, device=device)")
+            tensors.add(p.name)
         elif _SCALE.search(p.name):
             lines.append(f"{var} = frand({last if _WEIGHT.match(p.name) else full}).abs()")
+            tensors.add(p.name)
         elif _SIZE_ARG.search(p.name):
             todo.append(f"{p.name} (an integer size the caller chooses: the value production uses)")
             continue
         elif _WEIGHT.match(p.name):
             lines.append(f"{var} = rand({last})")
+            tensors.add(p.name)
         elif _INDEX.match(p.name):  # one index per row, into the last dimension
             rows = ", ".join(f'shape["{d}"]' for d in order[:-1]) or last
             lines.append(f"{var} = index({rows}, high={last})")
+            tensors.add(p.name)
         elif p.annotation in (int, "int") or p.annotation in (float, "float"):
             todo.append(f"{p.name} (a {getattr(p.annotation, '__name__', p.annotation)} scalar)")
             continue
@@ -370,11 +389,13 @@ def infer_inputs(
                 )
                 continue
             lines.append(f"{var} = rand({drawn})")
+            tensors.add(p.name)
         else:
             lines.append(f"{var} = rand({full})")
+            tensors.add(p.name)
         names.append(var)
     lines.append(f"return ({', '.join(names)}{',' if len(names) == 1 else ''})")
-    return lines, todo
+    return lines, todo, frozenset(tensors)
 
 
 def _read_as(read: ShapeRead, order: Sequence[str]) -> str | None:
@@ -429,42 +450,20 @@ def written_outputs(params: Sequence[inspect.Parameter]) -> list[str]:
 
 
 def _stored_outputs(
-    path: str,
-    params: Sequence[inspect.Parameter],
-    dims: Mapping[str, int],
-    flags: frozenset[str],
+    path: str, params: Sequence[inspect.Parameter], tensors: frozenset[str]
 ) -> dict[str, tuple[str, ...]]:
-    """Parameter -> kernels, for the launcher's required tensor parameters its kernels store
-    into (:func:`~tuned.registry.stored_outputs.inferred_outputs`, read from the source):
-    its ``outputs`` when it returns nothing, beside those named like a buffer. A parameter
-    ``make_inputs`` makes as anything but a tensor (a size, a flag, a scalar) never is one."""
+    """Parameter -> kernels, for the launcher's parameters ``make_inputs`` draws as tensors
+    (``tensors``: never a size, a flag, a scalar) that its kernels store into
+    (:func:`~tuned.registry.stored_outputs.inferred_outputs`, read from the source): its
+    ``outputs`` when it returns nothing, beside those named like a buffer."""
     from tuned.registry.stored_outputs import inferred_outputs
 
     named = set(written_outputs(params))
-    tensors = {p.name for p in params if _drawn_as_tensor(p, dims, flags)}
     return {
         name: kernels
         for name, kernels in inferred_outputs(path).items()
         if name in tensors and name not in named
     }
-
-
-def _drawn_as_tensor(p: inspect.Parameter, dims: Mapping[str, int], flags: frozenset[str]) -> bool:
-    """Whether :func:`infer_inputs` makes ``p`` a tensor (its other branches: a size, a flag,
-    a shape, a scalar, ``eps``, a dtype, a caller's block size, a typed non-tensor)."""
-    return (
-        p.kind is p.POSITIONAL_OR_KEYWORD
-        and p.default is p.empty
-        and p.name not in dims
-        and p.name not in flags
-        and not _SHAPE.match(p.name)
-        and not _SCALAR.search(p.name)
-        and not _EPS.search(p.name.lower())
-        and not (_DTYPE.match(p.name) or _is_dtype(p.annotation))
-        and not _SIZE_ARG.search(p.name)
-        and p.annotation not in (int, "int", float, "float", bool, "bool", str, "str")
-        and not _other_type(p.annotation)
-    )
 
 
 def infer_init(target: Any, dims: Mapping[str, int]) -> tuple[dict[str, str], list[str]]:
@@ -501,6 +500,13 @@ def _module_text(
     reads: Mapping[str, ShapeRead] | None = None,
 ) -> tuple[str, list[str]]:
     body, todo = infer_inputs(params, dims, flags, objects, reads)
+    return _entry_text(path, params, body, todo), todo
+
+
+def _entry_text(
+    path: str, params: Sequence[inspect.Parameter], body: Sequence[str], todo: Sequence[str]
+) -> str:
+    """entry.py: ``make_inputs`` with ``body`` (a stub raising with the ``todo`` if any)."""
     signature = ", ".join(p.name for p in params)
     head = [
         f'"""Inputs for {path}, written by `ktuned registry add`.',
@@ -536,7 +542,7 @@ def _module_text(
         "        return torch.randint(0, high, size, generator=g, device=device)",
         "",
     ]
-    return "\n".join(head + [f"    {line}" for line in body]) + "\n", todo
+    return "\n".join(head + [f"    {line}" for line in body]) + "\n"
 
 
 def add_entry(
@@ -594,9 +600,8 @@ def add_entry(
     if (directory / "kernel.yaml").exists():
         raise BadInputError(f"{directory / 'kernel.yaml'} exists already; choose --name or --out")
     directory.mkdir(parents=True, exist_ok=True)
-    module, todo = _module_text(path, params, shapes[0], flags, objects, reads)
-    flags |= frozenset(objects)  # never a tensor, nor an output
-    (directory / "entry.py").write_text(module, encoding="utf-8")
+    body, todo, tensors = _plan_inputs(params, shapes[0], flags, objects, reads)
+    (directory / "entry.py").write_text(_entry_text(path, params, body, todo), encoding="utf-8")
     rows = []
     for i, s in enumerate(shapes):
         dims = ", ".join(f"{k}: {v}" for k, v in s.items())
@@ -628,7 +633,7 @@ def add_entry(
             "backward: true",
         ]
     outputs = written_outputs(params) if writes else returned
-    stored = _stored_outputs(path, params, shapes[0], flags) if writes else {}
+    stored = _stored_outputs(path, params, tensors) if writes else {}
     if stored:
         outputs = [p.name for p in params if p.name in outputs or p.name in stored]
         by: dict[tuple[str, ...], list[str]] = {}  # q, k by _rotary_kernel
