@@ -183,7 +183,8 @@ def store_stats(db_path: Path) -> dict[str, Any]:
         result = json.loads(text)
         meta = result.get("metadata") or {}
         k = kernels.setdefault(
-            kernel, {"evaluations": 0, "remeasures": 0, "worker_s": [], "spread": []}
+            kernel,
+            {"evaluations": 0, "remeasures": 0, "worker_s": [], "spread": [], "parts": {}},
         )
         for key in ("samples", "incumbent_samples"):
             for times in (meta.get(key) or {}).values():
@@ -195,6 +196,8 @@ def store_stats(db_path: Path) -> dict[str, Any]:
         phases = result.get("phase_seconds") or {}
         if outcome == "ok" and any(p in phases for p in WORKER_PHASES):
             k["worker_s"].append(sum(float(phases.get(p, 0.0)) for p in WORKER_PHASES))
+            for part, seconds in (meta.get("benchmark_parts") or {}).items():
+                k["parts"].setdefault(part, []).append(float(seconds))
         cache = meta.get("case_cache")
         if cache:
             # Counters are per worker process, cumulative: a drop means a new worker.
@@ -215,6 +218,8 @@ def store_stats(db_path: Path) -> dict[str, Any]:
             "median_worker_s": statistics.median(k["worker_s"]) if k["worker_s"] else None,
             "spread_p50": _quantile(k["spread"], 0.5),
             "spread_p90": _quantile(k["spread"], 0.9),
+            # Median seconds of each part of the checks and timing (judge.Evaluation.part).
+            "parts": {p: round(statistics.median(v), 4) for p, v in sorted(k["parts"].items())},
         }
     lookups = totals["hits"] + totals["misses"]
     return {
@@ -302,6 +307,8 @@ def main() -> None:
         median = "-" if k["median_worker_s"] is None else f"{k['median_worker_s']:.2f}"
         spread = "-" if k["spread_p50"] is None else f"{k['spread_p50']:.1%}/{k['spread_p90']:.1%}"
         print(f"{name:<20} {k['evaluations']:>11} {k['remeasures']:>11} {median:>16} {spread:>15}")
+        if k["parts"]:
+            print("    median s: " + ", ".join(f"{p} {v:.3f}" for p, v in k["parts"].items()))
     c = stats["cache"]
     rate = "-" if c["hit_rate"] is None else f"{c['hit_rate']:.1%}"
     print(

@@ -226,6 +226,22 @@ def test_timed_calls_get_inputs_no_runner_saw_during_correctness(
     assert not set(timed) & correctness
 
 
+def test_the_benchmark_phase_says_where_its_seconds_went(
+    client: WorkerClient, spec: KernelSpec
+) -> None:
+    """``benchmark_parts``: the timed rounds, the sets and the checks of the benchmark phase,
+    each no longer than the phase (an operator reads why a candidate took the time it did)."""
+    result = client.evaluate(spec, _candidate(spec, ADD_SOURCE))
+    assert result.outcome is Outcome.OK, result.reason
+    parts = result.metadata["benchmark_parts"]
+    for name in ("benchmark.sets", "benchmark.calibrate", "benchmark.rounds", "benchmark.write"):
+        assert name in parts, parts
+    phase = result.phase_seconds["benchmark"]
+    assert all(0 <= parts[k] <= phase + 1e-3 for k in parts if k.startswith("benchmark.")), parts
+    assert parts["benchmark.write"] <= parts["benchmark.rounds"] + parts["benchmark.calibrate"]
+    assert any(k.startswith("correctness.") for k in parts), parts
+
+
 # ----------------------------------------------------------------------------- GPU
 
 

@@ -165,6 +165,8 @@ class Evaluation:
         self.phase = "load"
         self.phase_started = time.monotonic()
         self.phase_seconds: dict[str, float] = {}
+        #: Where the benchmark phase's seconds went (:meth:`part`), for ``benchmark_parts``.
+        self.part_seconds: dict[str, float] = {}
         self.knobs: dict[str, Any] = dict(self.candidate["knobs"])
         self._compiled: list[dict[str, float]] = []  # compile facts of its kernels (GPU)
         self._runners: list[tuple[RunnerProcess, bool]] = []
@@ -234,6 +236,16 @@ class Evaluation:
             return sampled_atol(self.reference_outputs(case, pristine), again, atol)
 
         return self.cache.reference(self.case_key(case), "atol", compute), rtol
+
+    @contextlib.contextmanager
+    def part(self, name: str) -> Any:
+        """Adds the seconds of the block to ``part_seconds["PHASE.name"]`` (a nested part
+        counts in both)."""
+        key, started = f"{self.phase}.{name}", time.monotonic()
+        try:
+            yield
+        finally:
+            self.part_seconds[key] = self.part_seconds.get(key, 0.0) + (time.monotonic() - started)
 
     def enter(self, phase: str) -> None:
         now = time.monotonic()
@@ -354,10 +366,11 @@ class Evaluation:
         ref = shaped_like if shaped_like is not None else self.reference_outputs(case, pristine)
         inputs, places, nbytes = plan(pristine, ref)
         runner = target.runner
-        runner.grow(nbytes, self.phase)
-        runner.arena.write(inputs, pristine)
-        runner.arena.poison(places)
-        runner.arena.sync()
+        with self.part("write"):
+            runner.grow(nbytes, self.phase)
+            runner.arena.write(inputs, pristine)
+            runner.arena.poison(places)
+            runner.arena.sync()
         message = {
             "op": "call",
             "slot": target.slot,
@@ -375,7 +388,8 @@ class Evaluation:
         if target.slot == "candidate":
             facts = answer.get("compiled") or []
             self._compiled.extend(f for f in facts if isinstance(f, dict))
-        changed = runner.arena.changed_input(inputs, pristine)
+        with self.part("inputs_kept"):
+            changed = runner.arena.changed_input(inputs, pristine)
         described = answer.get("outputs")
         if not isinstance(described, list):
             raise CaseFailure("crash", "the runner's answer has no list of outputs")
@@ -393,7 +407,8 @@ class Evaluation:
             return (), seconds
         if not read:
             return (), seconds
-        return self._collect(runner, described, places, ref), seconds
+        with self.part("collect"):
+            return self._collect(runner, described, places, ref), seconds
 
     def _collect(
         self, runner: RunnerProcess, described: list[Any], places: list[Any], ref: Any
@@ -527,12 +542,15 @@ class Evaluation:
             inc = self.options["incumbent"]
             own = self.own_incumbent and self.own_candidate
             runner = candidate.runner if own else self._runner(self.own_incumbent)
-            incumbent = self.load(runner, "incumbent", inc)
+            with self.part("load_incumbent"):
+                incumbent = self.load(runner, "incumbent", inc)
         samples: dict[str, list[float]] = {}
         incumbent_samples: dict[str, list[float]] = {}
         screened: list[str] = []
         waited = self.turn.waited_s
+        turn_asked = time.monotonic()
         with self.turn.hold(self._turn_wait_s()) as held:
+            self.part_seconds["benchmark.turn_wait"] = time.monotonic() - turn_asked
             turn: dict[str, Any] = {"held": held, "waited_s": round(self.turn.waited_s - waited, 4)}
             if self.options.get("checks_hold_turn"):  # what its checks waited (_case_turn)
                 turn["checks_waited_s"] = round(waited - self._turn_before[0], 4)
@@ -573,6 +591,7 @@ class Evaluation:
                 },
                 "compile": summarize_compile_facts(self._compiled),
                 "timed_by": "judge",
+                "benchmark_parts": {k: round(v, 4) for k, v in self.part_seconds.items()},
                 **({"gpu_turn": turn} if self.turn.fd is not None else {}),
             },
         }

@@ -107,21 +107,24 @@ class JudgedTiming:
     ) -> tuple[list[float], list[float], bool]:
         ev = self.evaluation
         rounds = self.rounds
-        cases, sets = self.timing_sets(case, inputs_of)
-        atol, rtol = ev.tolerance(cases[0], sets[0])  # one for every timed set of the case
+        with ev.part("sets"):
+            cases, sets = self.timing_sets(case, inputs_of)
+            atol, rtol = ev.tolerance(cases[0], sets[0])  # one for every timed set of the case
+            shapes = ev.reference_outputs(cases[0], sets[0])  # the others' only when compared
         targets = [candidate] + ([incumbent] if incumbent is not None else [])
-        shapes = ev.reference_outputs(cases[0], sets[0])  # the others' only when compared
-        calibrated = [self._calibrate(targets[0], cases[0], sets[0])]
-        if incumbent is not None:
-            calibrated.append(
-                self._calibrate(incumbent, cases[0], sets[0])
-                if fresh
-                else self._incumbent_calibration(incumbent, case, cases[0], sets[0])
-            )
+        with ev.part("calibrate"):
+            calibrated = [self._calibrate(targets[0], cases[0], sets[0])]
+            if incumbent is not None:
+                calibrated.append(
+                    self._calibrate(incumbent, cases[0], sets[0])
+                    if fresh
+                    else self._incumbent_calibration(incumbent, case, cases[0], sets[0])
+                )
         reps = [r for r, _ in calibrated]
         if self.gpu:  # each target's graph of its timed length captured now, not in round 1
-            for target, n in zip(targets, reps):
-                ev.timed_call(target, cases[0], sets[0], None, reps=n, stable=True, read=False)
+            with ev.part("capture"):
+                for target, n in zip(targets, reps):
+                    ev.timed_call(target, cases[0], sets[0], None, reps=n, stable=True, read=False)
         # One fixed cost for every target (the same request, checks and copies each way: a
         # per-target estimate's noise would be a bias between candidate and incumbent),
         # measured now: a reused calibration gives only the incumbent's repetitions (one
@@ -140,18 +143,24 @@ class JudgedTiming:
                 target = targets[i]
                 sampled = r < 2 or not self.gpu or self._rng.random() < _CHECK_SHARE
                 check = i == 0 and sampled
-                outputs, seconds = ev.timed_call(
-                    target,
-                    cases[k],
-                    sets[k],
-                    None,
-                    reps=reps[i],
-                    stable=True,
-                    read=check,
-                    shaped_like=shapes,
-                )
+                with ev.part("rounds"):
+                    outputs, seconds = ev.timed_call(
+                        target,
+                        cases[k],
+                        sets[k],
+                        None,
+                        reps=reps[i],
+                        stable=True,
+                        read=check,
+                        shaped_like=shapes,
+                    )
                 samples[i].append(max(seconds - fixed, 0.0) / reps[i])
-                if check:
+                ev.part_seconds["benchmark.kernel"] = (
+                    ev.part_seconds.get("benchmark.kernel", 0.0) + samples[i][-1] * reps[i]
+                )
+                if not check:
+                    continue
+                with ev.part("compare"):
                     reference = ev.reference_outputs(cases[k], sets[k])
                     try:
                         compare_outputs(outputs, reference, atol, rtol, dtype=cases[k].dtype)
