@@ -71,6 +71,12 @@ GPU_SPARES = 4
 #: (shared equally), until one takes over and gets the rest: the worker evaluates nearly
 #: every candidate, a spare re-measures one and has its cases spilled in host memory too (on
 #: the H100 equal shares of a tenth left layer_norm's cases mostly spilled: 2.2 s a candidate).
+#: The spares, first in line, that prepare for the kernels evaluated (the others prepare once
+#: they move up, at their kernels' next evaluations). Each preparation makes all of a kernel's
+#: cases on the GPU in holds of the turn that the worker's timing waits for (see
+#: bench/RESULTS.md, twenty-first session).
+PREPARED_SPARES = GPU_SPARES
+
 CASE_CACHE_DEVICE_SHARE = 0.5
 SPARES_CACHE_SHARE = 0.2
 
@@ -292,7 +298,9 @@ class WorkerClient:
         evaluated, a spare that prepared only ahead is asked again, as a host."""
         name = str(payload["name"])
         waiting = [
-            c for c in self._spares if name not in c.prepared or (not ahead and name in c.ahead)
+            c
+            for c in self._spares[:PREPARED_SPARES]
+            if name not in c.prepared or (not ahead and name in c.ahead)
         ]
         if not waiting:
             return

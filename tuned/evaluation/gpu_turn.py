@@ -57,6 +57,10 @@ class GpuTurn:
     #: Seconds waited for the turn and the holds that went ahead without it, since made.
     waited_s: float = 0.0
     went_without: int = 0
+    #: The holds made (the turn taken), their seconds in all and the longest one's.
+    holds: int = 0
+    held_s: float = 0.0
+    longest_s: float = 0.0
     _held: bool = field(default=False, repr=False)
 
     @classmethod
@@ -103,9 +107,15 @@ class GpuTurn:
         if not held:
             self.went_without += 1
         self._held = held
+        took = time.monotonic()
         try:
             yield held
         finally:
+            if held:
+                length = time.monotonic() - took
+                self.holds += 1
+                self.held_s += length
+                self.longest_s = max(self.longest_s, length)
             self._held = False
             for byte, locked in ((_TURN, held), (_INTENT, intent)):
                 if locked:

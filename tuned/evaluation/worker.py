@@ -199,6 +199,7 @@ def prepare(
     worker spends its time on the candidate. Nothing is timed; phases are not reported.
     ``abandon`` is asked before each case; when it says so, the preparation ends there with
     the answer of one skipped (the cases made so far stay)."""
+    holds = (turn.holds, turn.held_s) if turn is not None else (0, 0.0)
     evaluation = Evaluation(
         request,
         loader,
@@ -222,7 +223,16 @@ def prepare(
         evaluation.discard_runners()
         return {"type": "prepared", "ok": False, "fatal": False, "reason": describe(exc)}
     evaluation.release()
-    return {"type": "prepared", "ok": True, "seconds": sum(evaluation.phase_seconds.values())}
+    seconds = sum(evaluation.phase_seconds.values())
+    if turn is not None and turn.fd is not None:  # what the worker's timing may wait for
+        print(
+            f"prepared {request['kernel'].get('name')} in {seconds:.2f} s: the GPU turn "
+            f"held {turn.holds - holds[0]} times, {turn.held_s - holds[1]:.2f} s, "
+            f"the longest so far {turn.longest_s:.3f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+    return {"type": "prepared", "ok": True, "seconds": seconds}
 
 
 #: Failures that are the judge's verdict on outputs the runner returned as asked: its own
