@@ -10,6 +10,8 @@ import pytest
 
 from tests.conftest import ADD_SOURCE, WriteEntry, has_gpu
 from tuned.evaluation import EvaluationSettings, WorkerClient
+from tuned.evaluation import client as client_module
+from tuned.evaluation.client import PREPARED_SPARES
 from tuned.outcomes import Candidate, EvalResult, Outcome, Provenance
 from tuned.registry import load_entry
 from tuned.registry.spec import KernelSpec
@@ -127,6 +129,32 @@ def test_a_spare_prepares_for_every_kernel_the_client_evaluates(
         client.close()
 
 
+def test_only_the_spares_first_in_line_prepare_and_the_next_one_once_it_moves_up(
+    tmp_path: Path, write_entry: WriteEntry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each preparation makes all of a kernel's cases in holds of the GPU turn that the
+    worker's timing waits for: a spare that will not take over soon does not prepare yet."""
+    monkeypatch.setattr(client_module, "PREPARED_SPARES", 1)
+    spec = load_entry(write_entry())
+    client = WorkerClient(
+        workdir=tmp_path / "w", settings=EvaluationSettings(interpreter=True), spares=2
+    )
+    try:
+        assert client.evaluate(spec, _candidate(spec, spec.module_source, 128)).outcome is (
+            Outcome.OK
+        )
+        first, second = client._spares
+        assert first.prepared == [spec.name] and second.prepared == []
+        client.fresh()  # a re-measurement: the first spare takes over
+        warm = client.evaluate(spec, _candidate(spec, spec.module_source, 128))
+        assert warm.outcome is Outcome.OK and client.spare_takeovers == 1
+        assert warm.metadata["case_cache"]["misses_here"] == 0  # it had prepared
+        assert client._spares[0] is second and second.prepared == [spec.name]
+        assert client._spares[1].prepared == []  # the new spare, last in line
+    finally:
+        client.close()
+
+
 def test_a_kernel_prepared_ahead_is_first_evaluated_by_the_spare_that_prepared_it(
     tmp_path: Path, write_entry: WriteEntry
 ) -> None:
@@ -232,7 +260,8 @@ def test_the_running_worker_gets_most_of_the_device_share_for_cases(tmp_path: Pa
     settings = EvaluationSettings(interpreter=True)
     four = WorkerClient(workdir=tmp_path / "a", settings=settings, spares=4)
     running, spare = four._cache_share(spare=False), four._cache_share(spare=True)
-    assert running + 4 * spare == pytest.approx(0.5) and running > 10 * spare
+    # Only the spares that prepare (the first PREPARED_SPARES in line) keep cases.
+    assert running + PREPARED_SPARES * spare == pytest.approx(0.5) and running > 5 * spare
     alone = WorkerClient(workdir=tmp_path / "b", settings=settings)
     assert alone._cache_share(spare=False) == pytest.approx(0.5)
 

@@ -188,9 +188,17 @@ def _map(value: Any, fn: Callable[[Any], Any]) -> Any:
 
 
 def _to_host(value: Any, pin: bool) -> Any:
+    import torch
+
     def move(t: Any) -> Any:
-        host = t.detach().to("cpu", copy=True)
-        return host.pin_memory() if pin else host
+        if not pin:
+            return t.detach().to("cpu", copy=True)
+        # Straight into pinned memory: one copy at the bus's rate, not a pageable copy and
+        # pin_memory's second one (a spare makes its cases inside holds of the GPU turn).
+        host = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=True)
+        if t.stride() != host.stride():
+            return t.detach().to("cpu", copy=True).pin_memory()
+        return host.copy_(t.detach())
 
     return _map(value, move)
 

@@ -71,11 +71,12 @@ GPU_SPARES = 4
 #: (shared equally), until one takes over and gets the rest: the worker evaluates nearly
 #: every candidate, a spare re-measures one and has its cases spilled in host memory too (on
 #: the H100 equal shares of a tenth left layer_norm's cases mostly spilled: 2.2 s a candidate).
-#: The spares, first in line, that prepare for the kernels evaluated (the others prepare once
-#: they move up, at their kernels' next evaluations). Each preparation makes all of a kernel's
-#: cases on the GPU in holds of the turn that the worker's timing waits for (see
-#: bench/RESULTS.md, twenty-first session).
-PREPARED_SPARES = GPU_SPARES
+#: The spares, first in line, that prepare for the kernels evaluated; the others wait, started,
+#: and prepare once they move up (at their kernels' next evaluations). A preparation makes all
+#: of a kernel's cases in holds of the GPU turn that the worker's timing waits for: on the
+#: H200, with all four preparing, one of layer_norm took 25 s and held the turn 13 s of it,
+#: and the worker waited 0.3 s per candidate (bench/RESULTS.md, twenty-first session).
+PREPARED_SPARES = 2
 
 CASE_CACHE_DEVICE_SHARE = 0.5
 SPARES_CACHE_SHARE = 0.2
@@ -616,7 +617,8 @@ class WorkerClient:
         if not self.spares:
             return CASE_CACHE_DEVICE_SHARE
         spares = CASE_CACHE_DEVICE_SHARE * SPARES_CACHE_SHARE
-        return spares / self.spares if spare else CASE_CACHE_DEVICE_SHARE - spares
+        preparing = max(1, min(self.spares, PREPARED_SPARES))  # only these keep cases
+        return spares / preparing if spare else CASE_CACHE_DEVICE_SHARE - spares
 
     def _crashed(self, phase: str, started: float) -> EvalResult:
         reason = self._death_reason(phase)
