@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import ADD_SOURCE, WriteEntry
+from tests.conftest import ADD_SOURCE, WriteEntry, has_gpu
 from tuned.evaluation import EvaluationSettings, WorkerClient
-from tuned.evaluation.case_cache import CaseCache
+from tuned.evaluation.case_cache import CaseCache, _to_host
 from tuned.outcomes import Candidate, Outcome, Provenance
 from tuned.registry import load_entry
 from tuned.registry.spec import KernelSpec
@@ -355,3 +355,28 @@ def test_spilled_cases_come_back_resident_once_there_is_room() -> None:
     _visit(cache, 2, made, computed)
     assert cache.stats.spill_hits == 2  # only the pass before the promotion
     assert (len(made), len(computed)) == (2, 2)  # nothing made again
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not has_gpu(), reason="needs an NVIDIA GPU")
+def test_a_spilled_gpu_case_lands_in_pinned_memory_as_it_was() -> None:
+    """The spill tier of a GPU's cases: one copy straight into pinned host memory (so copying
+    it back runs at the bus's rate), strides and values as they were, strided tensors too."""
+    x = torch.randn(64, 33, device="cuda")
+    strided = torch.randn(33, 64, device="cuda").t()  # not contiguous
+    spilled = _to_host([x, strided, 3], pin=True)
+    assert spilled[2] == 3
+    for host, dev in zip(spilled[:2], (x, strided)):
+        assert host.device.type == "cpu" and host.is_pinned()
+        assert torch.equal(host, dev.cpu())
+    assert spilled[0].stride() == x.stride()
+    cache, calls = CaseCache(16, spill_bytes=1 << 20), []  # no room resident: spilled
+
+    def make() -> tuple[torch.Tensor, torch.Tensor]:
+        calls.append(1)
+        return x, torch.ones(3, device="cuda")
+
+    for _ in range(2):
+        got = cache.inputs(("k", 1), make)
+        assert got[0].is_cuda and torch.equal(got[0], x)
+    assert len(calls) == 1 and cache.stats.spill_hits == 1
