@@ -74,6 +74,7 @@ SLOW_SMOKE: dict[str, tuple[tuple[str, ...], str]] = {
 
 #: Only meaningful on a GPU: no CPU path to smoke.
 GPU_ONLY = {
+    "graph_capture_cost.py": "captures and replays CUDA graphs of a Triton kernel",
     "multi_gpu.py": "one worker per GPU pinned by CUDA_VISIBLE_DEVICES, checked through NVML",
     "ncu_capture.py": "runs Nsight Compute (ncu) on CUDA kernels",
     "profile_examples.py": "runs Nsight Compute (ncu) through tuned.profiling",
