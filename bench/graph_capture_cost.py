@@ -13,6 +13,7 @@ twenty-first session.
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -26,7 +27,8 @@ def kernel_seconds(fn: Any, n: int = 50) -> float:
 
     fn()
     torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+    end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
     start.record()
     for _ in range(n):
         fn()
@@ -36,6 +38,7 @@ def kernel_seconds(fn: Any, n: int = 50) -> float:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n")[0]).parse_args()
     import torch
 
     sys.path.insert(0, str(ROOT / "examples" / "registry" / "layer_norm"))
