@@ -165,6 +165,24 @@ def reference(x, y, out):
         "launcher: axpy_into\nreference: reference\noutputs: [2]\ninputs: make_buffers\n"
         "knobs: {BLOCK: [32, 64]}\n",
     ),
+    "keyword_input": (  # FlagGems: the output buffer keyword-only, passed by `keywords:`
+        """
+def make_buffers(shape, dtype, device, seed):
+    x, y = make_inputs(shape, dtype, device, seed)
+    return x, y, torch.zeros_like(x)
+
+
+def add_into(x, y, *, out0, BLOCK=64):
+    axpy_into(x, y, out0, 1.0, BLOCK=BLOCK)
+    return out0
+
+
+def reference(x, y, out0):  # an entry's own reference takes every input by position
+    return x + y
+""",
+        "launcher: add_into\nreference: reference\nkeywords: [out0]\noutputs: [out0]\n"
+        "inputs: make_buffers\nknobs: {BLOCK: [32, 64]}\n",
+    ),
     "helpers_package": (
         """
 from helpers import inputs as _inputs  # the entry's own package
@@ -321,6 +339,41 @@ def test_call_fields_are_validated(tmp_path: Path) -> None:
     text = str(info.value)
     for field in ("outputs[1]", "backward[0]", "init"):
         assert f"field '{field}'" in text, text
+    extra, yaml = FORMS["keyword_input"]
+    for bad, field, says in (
+        (yaml.replace("keywords: [out0]", "keywords: [out0, 3]"), "keywords[1]", "keyword"),
+        (yaml.replace("keywords: [out0]", "keywords: [out0, BLOCK]"), "keywords", "is a knob"),
+        (yaml.replace("keywords: [out0]", "keywords: [out0, out0]"), "keywords", "twice"),
+    ):
+        head = HEAD.replace("inputs: make_inputs\n", "")
+        directory = write(
+            tmp_path, f"bad_{len(list(tmp_path.iterdir()))}", KERNEL + extra, head + bad
+        )
+        with pytest.raises(RegistryError) as info:
+            load_entry(directory)
+        assert f"field '{field}'" in str(info.value) and says in str(info.value), info.value
+
+
+def test_keywords_that_the_launcher_cannot_take_are_an_invalid_entry(
+    client: WorkerClient, tmp_path: Path
+) -> None:
+    """A name that is no parameter of the launcher, or keywords for an autograd Function's
+    ``apply`` (positional only), end in an error naming the field, not a TypeError."""
+    extra, yaml = FORMS["keyword_input"]
+    typo = yaml.replace("out0]", "out1]")  # keywords and outputs
+    directory = write(
+        tmp_path, "kw_typo", KERNEL + extra, HEAD.replace("inputs: make_inputs\n", "") + typo
+    )
+    spec = load_entry(directory)
+    result = client.evaluate(spec, _candidate(spec, spec.module_source, {"BLOCK": 32}))
+    assert result.outcome is Outcome.REJECTED_STATIC, result.reason
+    assert "field keywords" in result.reason and "'out1' is not a parameter" in result.reason
+    extra, yaml = FORMS["autograd"]
+    directory = write(tmp_path, "kw_apply", KERNEL + extra, HEAD + yaml + "keywords: [y]\n")
+    spec = load_entry(directory)
+    result = client.evaluate(spec, _candidate(spec, spec.module_source, {"BLOCK": 32}))
+    assert result.outcome is Outcome.REJECTED_STATIC, result.reason
+    assert "field keywords" in result.reason and "by position only" in result.reason
 
 
 _WARMUP_ENTRY = """

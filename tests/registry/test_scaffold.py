@@ -378,3 +378,55 @@ def test_add_checks_an_autograd_functions_gradients(tmp_path: Path) -> None:
     assert check.returncode == 0, check.stdout + check.stderr
     assert "knob   BLOCK:" in check.stdout, check.stdout
     assert_tunes(tmp_path / "registry" / "double", "double", tmp_path)
+
+
+KEYWORD_OUT_SOURCE = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _axpy(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m)
+    y = tl.load(y_ptr + offs, mask=m)
+    tl.store(out_ptr + offs, x + 2 * y, mask=m)
+
+
+def axpy(x, y, *, out0):
+    n = x.numel()
+    BLOCK = 256
+    _axpy[(triton.cdiv(n, BLOCK),)](x, y, out0, n, BLOCK=BLOCK)
+    return out0
+
+
+def axpy_into(x, y, *, out0):
+    n = x.numel()
+    _axpy[(triton.cdiv(n, 128),)](x, y, out0, n, BLOCK=128)
+"""
+
+
+def test_add_passes_a_keyword_only_output_buffer_by_keyword_and_the_entry_tunes(
+    tmp_path: Path,
+) -> None:
+    """FlagGems' launchers take their output buffer keyword-only (``def add(x, y, *,
+    out0)``): inputs are passed by position, so it was a TODO. ``keywords: [out0]`` passes the
+    last input by keyword; written in place and returned (or returned nothing), it is an
+    ``outputs:`` argument, called on a fresh copy each time and compared."""
+    user_package(tmp_path, "flaggy", "ops", KEYWORD_OUT_SOURCE)
+    for launcher in ("axpy", "axpy_into"):
+        added = ktuned(
+            *("registry", "add", f"flaggy.ops.{launcher}", "--shape", "N=3000"),
+            *("--dtype", "float32", "--out", tmp_path / "registry"),
+            path=tmp_path,
+        )
+        assert added.returncode == 0, added.stderr
+        assert "TODO" not in added.stdout, added.stdout
+        entry = tmp_path / "registry" / launcher
+        yaml = (entry / "kernel.yaml").read_text()
+        assert "keywords: [out0]" in yaml and "outputs: [out0]" in yaml, yaml
+        inputs = (entry / "entry.py").read_text()
+        assert "return (x, y, out0)" in inputs and "out0=inputs[-1]" in inputs, inputs
+        assert_tunes(entry, launcher, tmp_path)

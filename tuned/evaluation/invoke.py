@@ -59,6 +59,8 @@ class CallFields:
     backward: tuple[int | str, ...] = ()
     init: Mapping[str, Any] = field(default_factory=dict)
     grad_outputs: str | None = None
+    #: Parameters the last inputs fill by keyword, in order (``def add(x, y, *, out0)``).
+    keywords: tuple[str, ...] = ()
 
     @classmethod
     def from_payload(cls, data: Mapping[str, Any] | None) -> CallFields:
@@ -68,6 +70,7 @@ class CallFields:
             backward=tuple(data.get("backward", ())),
             init=dict(data.get("init", {})),
             grad_outputs=data.get("grad_outputs"),
+            keywords=tuple(str(k) for k in data.get("keywords", ())),
         )
 
     def to_payload(self) -> dict[str, Any]:
@@ -76,6 +79,7 @@ class CallFields:
             "backward": list(self.backward),
             "init": dict(self.init),
             "grad_outputs": self.grad_outputs,
+            "keywords": list(self.keywords),
         }
 
 
@@ -178,6 +182,24 @@ def _positions(
     return found
 
 
+def _input_names(params: Sequence[str], count: int, fields: CallFields) -> list[str]:
+    """The launcher's parameter names in the order of its ``count`` inputs: the last ones are
+    ``fields.keywords`` (so ``outputs: [out0]`` finds a keyword input), then the rest (a
+    name there is past the inputs: :func:`_positions` says so)."""
+    keywords = list(fields.keywords)
+    if not keywords:
+        return list(params)
+    missing = [k for k in keywords if params and k not in params]
+    if missing:
+        raise _invalid(
+            "keywords",
+            f"{', '.join(map(repr, missing))} is not a parameter of the launcher "
+            f"(parameters: {', '.join(params)})",
+        )
+    positional = [p for p in params if p not in keywords][: max(0, count - len(keywords))]
+    return positional + keywords + [p for p in params if p not in keywords + positional]
+
+
 def _parameters(fn: Any) -> list[str]:
     try:
         return list(inspect.signature(fn).parameters)
@@ -239,6 +261,9 @@ class EntryCall:
     #: Parameter names that ``outputs``/``backward`` name (the launcher's, also for a
     #: reference whose own parameters are named otherwise); None: this target's.
     names: list[str] | None = None
+    #: Whether the inputs ``fields.keywords`` names go by keyword (the launcher's; an entry's
+    #: own ``reference`` takes every input by position).
+    by_keyword: bool = True
     _instances: dict[Any, Any] = field(default_factory=dict)
 
     def at(self, dims: Mapping[str, int] | None = None) -> Callable[..., tuple[Any, ...]]:
@@ -286,6 +311,22 @@ class EntryCall:
     ) -> Any:
         knobs = {**self.default_knobs, **knobs}
         function_class = _is_autograd_apply(self.target)
+        named: dict[str, Any] = {}
+        keywords = self.fields.keywords if self.by_keyword else ()
+        if keywords:
+            if function_class is not None:
+                raise _invalid(
+                    "keywords",
+                    f"{function_class.__name__}.apply takes its inputs by position only",
+                )
+            cut = len(inputs) - len(keywords)
+            if cut < 0:
+                raise _invalid(
+                    "keywords",
+                    f"names {len(keywords)} keyword inputs, but the inputs are {len(inputs)}",
+                )
+            named = dict(zip(keywords, inputs[cut:], strict=True))
+            inputs = inputs[:cut]
         if function_class is not None:
             if not knobs:
                 return self.target(*inputs)
@@ -307,9 +348,9 @@ class EntryCall:
             takes = set(_parameters(self.target))  # the constructor's, without self
             ctor = {k: v for k, v in knobs.items() if k in takes}
             rest = {k: v for k, v in knobs.items() if k not in takes}
-            return self._instance(dims, device, dtype, ctor)(*inputs, **rest)
+            return self._instance(dims, device, dtype, ctor)(*inputs, **named, **rest)
         args, rest = _knobs_in_place(self.target, inputs, knobs)
-        return self.target(*args, **rest)
+        return self.target(*args, **named, **rest)
 
 
 def entry_call(namespace: ModuleType, kernel: Mapping[str, Any], *, role: str) -> EntryCall:
@@ -324,7 +365,12 @@ def entry_call(namespace: ModuleType, kernel: Mapping[str, Any], *, role: str) -
             launcher = resolve(namespace, str(kernel["launcher"]), "launcher")
             names = EntryCall(target=launcher, fields=fields, role="launcher").parameters()
         return EntryCall(
-            target=target, fields=fields, role="reference", namespace=namespace, names=names
+            target=target,
+            fields=fields,
+            role="reference",
+            namespace=namespace,
+            names=names,
+            by_keyword=False,
         )
     target = resolve(namespace, str(kernel["launcher"]), "launcher")
     if not callable(target):
@@ -375,7 +421,9 @@ def call(
     import torch
 
     fields, args = entry.fields, list(inputs)
-    params = entry.names if entry.names is not None else entry.parameters()
+    params = _input_names(
+        entry.names if entry.names is not None else entry.parameters(), len(args), fields
+    )
     written = _positions(fields.outputs, params, len(args), "outputs")
     for i in written:
         if not isinstance(args[i], torch.Tensor):

@@ -3,11 +3,11 @@
 ``launcher``, ``reference`` and ``inputs`` are dotted paths (docs/registry.md, "Launchers"):
 their first part is bound at the top level of the entry's module (a def, a class, an import,
 an assignment), or it is an installed package (``liger_kernel.ops...``), found with
-:func:`importlib.util.find_spec` on the top-level name only, which imports nothing. The call
-fields (``outputs``, ``backward``, ``init``, ``grad_outputs``) are read here too. Where the
-launcher's definition is in the module (a def, ``Class.apply`` of an autograd Function,
-``Class.method``, an ``nn.Module`` class), its ``ast`` node gives the knob defaults and the
-check that a launcher returning nothing declares its ``outputs``.
+:func:`importlib.util.find_spec` on the top-level name only, which imports nothing. The
+call fields (``outputs``, ``backward``, ``init``, ``grad_outputs``, ``keywords``) are read here
+too. Where the launcher's definition is in the module (a def, ``Class.apply`` of an autograd
+Function, ``Class.method``, an ``nn.Module`` class), its ``ast`` node gives the knob defaults
+and the check that a launcher returning nothing declares its ``outputs``.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 #: The top-level keys this module reads.
-CALL_KEYS = ("outputs", "backward", "init", "grad_outputs")
+CALL_KEYS = ("outputs", "backward", "init", "grad_outputs", "keywords")
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,7 @@ class CallFieldValues:
     backward: tuple[int | str, ...] = ()
     init: Mapping[str, KnobValue] = field(default_factory=dict)
     grad_outputs: str | None = None
+    keywords: tuple[str, ...] = ()
 
 
 def check_dotted_path(key: str, value: object, out: Problems) -> str | None:
@@ -112,7 +113,35 @@ def check_call_fields(doc: Mapping[object, object], out: Problems) -> CallFieldV
     grad = check_dotted_path("grad_outputs", doc.get("grad_outputs"), out)
     if grad is not None and not backward:
         out.add("grad_outputs", "is only used with backward; add `backward: true` or remove it")
-    return CallFieldValues(outputs=outputs, backward=backward, init=init, grad_outputs=grad)
+    return CallFieldValues(
+        outputs=outputs,
+        backward=backward,
+        init=init,
+        grad_outputs=grad,
+        keywords=_keywords(doc.get("keywords"), out),
+    )
+
+
+def _keywords(value: object, out: Problems) -> tuple[str, ...]:
+    """``keywords``: the launcher's parameters that the last inputs fill by keyword, in order
+    (a keyword-only ``out0`` buffer: ``def add(x, y, *, out0)``)."""
+    if value is None:
+        return ()
+    items = value if isinstance(value, list) else [value]
+    names: list[str] = []
+    for i, item in enumerate(items):
+        if is_identifier(item):
+            names.append(str(item))
+        else:
+            out.add(
+                f"keywords[{i}]" if isinstance(value, list) else "keywords",
+                f"must name a keyword parameter of the launcher, got {show(item)}",
+            )
+    if not names and not out.items:
+        out.add("keywords", "is empty; list the launcher's keyword inputs, or remove it")
+    if len(set(names)) != len(names):
+        out.add("keywords", "lists a parameter twice")
+    return tuple(names)
 
 
 def check_paths_bound(
@@ -243,6 +272,9 @@ def returned_parameters(fn: ast.FunctionDef) -> list[str]:
     return gives anything else, a parameter is rebound, or the returns disagree."""
     args = [*fn.args.posonlyargs, *fn.args.args]
     required = {a.arg for a in args[: len(args) - len(fn.args.defaults)]}
+    required |= {  # keyword-only without a default (FlagGems' ``*, out0``)
+        a.arg for a, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults, strict=True) if d is None
+    }
     found: list[list[str]] = []
     stack: list[ast.AST] = list(fn.body)
     while stack:

@@ -436,6 +436,11 @@ def _load(path: Path) -> tuple[KernelSpec | None, list[Problem]]:
             frozenset(rel.split("/")[0].removesuffix(".py") for rel in texts),
             out,
         )
+        for keyword in call.keywords if call is not None else ():
+            if keyword in knobs:
+                out.add(
+                    "keywords", f"{keyword!r} is a knob (the tuner passes it); list inputs only"
+                )
 
     if out.items:
         return None, out.items
@@ -472,6 +477,7 @@ def _load(path: Path) -> tuple[KernelSpec | None, list[Problem]]:
         backward=call.backward,
         init=call.init,
         grad_outputs=call.grad_outputs,
+        keywords=call.keywords,
         installed_module=installed.module if installed is not None else "",
         package=package_of(installed.module) if installed is not None else "",
         entry_source=entry_source,

@@ -83,7 +83,7 @@ _FP8 = re.compile(r"fp8|float8", re.I)
 #: An integer size the caller chooses (a quantizer's block size), not a tensor.
 _SIZE_ARG = re.compile(r"(block|group|chunk|tile)_?size|^(quant_)?block$", re.I)
 #: A buffer the launcher writes: declared under ``outputs:`` when the launcher returns nothing.
-_OUT = re.compile(r"^(out|output|result|dst)$|_out$|^out_", re.I)
+_OUT = re.compile(r"^(out|output|result|dst)\d*$|_out$|^out_", re.I)
 #: The names make_inputs binds itself (its parameters, the generator, its helpers, the
 #: import): an input named like one (fla's gate ``g``) gets a variable ``g_``, or it would
 #: replace the generator the inputs after it are drawn with.
@@ -287,7 +287,7 @@ def infer_inputs(
     ``objects``: parameters it reads an attribute of that a tensor lacks (``norm.weight``:
     :func:`~tuned.registry.scaffold_source.object_params`), with that attribute; ``reads``:
     how it reads parameters' shapes (:func:`~tuned.registry.scaffold_source.shape_reads`)."""
-    lines, todo, _ = _plan_inputs(params, dims, flags, objects, reads)
+    lines, todo, _, _ = _plan_inputs(params, dims, flags, objects, reads)
     return lines, todo
 
 
@@ -297,9 +297,10 @@ def _plan_inputs(
     flags: frozenset[str] = frozenset(),
     objects: Mapping[str, str] | None = None,
     reads: Mapping[str, ShapeRead] | None = None,
-) -> tuple[list[str], list[str], frozenset[str]]:
-    """:func:`infer_inputs`, and the parameters it draws as tensors (those a launcher's
-    kernels can store into: :func:`_stored_outputs`)."""
+) -> tuple[list[str], list[str], frozenset[str], list[str]]:
+    """:func:`infer_inputs`, the parameters it draws as tensors (those a launcher's kernels
+    can store into: :func:`_stored_outputs`), and the keyword-only ones it draws (the last
+    inputs, passed by keyword: ``keywords:``)."""
     objects = objects or {}
     reads = reads or {}
     order = list(dims)
@@ -308,6 +309,7 @@ def _plan_inputs(
     lines: list[str] = []
     todo: list[str] = []
     names: list[str] = []
+    keywords: list[str] = []
     tensors: set[str] = set()
     taken = set(_LOCALS) | {p.name for p in params}
     typed = any(_DTYPE.match(p.name) or _is_dtype(p.annotation) for p in params)
@@ -321,9 +323,6 @@ def _plan_inputs(
             continue
         if p.default is not p.empty:
             continue  # the launcher's own default: left to it (or to knob discovery)
-        if p.kind is p.KEYWORD_ONLY:
-            todo.append(f"{p.name} (keyword-only, no default: inputs are passed by position)")
-            continue
         lowered = p.name.lower()
         var = p.name  # the input's variable in make_inputs: never one of its own names
         while var in _LOCALS or (var != p.name and var in taken):
@@ -394,8 +393,20 @@ def _plan_inputs(
             lines.append(f"{var} = rand({full})")
             tensors.add(p.name)
         names.append(var)
+        if p.kind is p.KEYWORD_ONLY:
+            keywords.append(p.name)
     lines.append(f"return ({', '.join(names)}{',' if len(names) == 1 else ''})")
-    return lines, todo, frozenset(tensors)
+    undrawn = [
+        p.name
+        for p in params
+        if p.kind is p.KEYWORD_ONLY and p.default is p.empty and p.name not in keywords
+    ]
+    if undrawn:
+        todo.append(
+            f"keyword-only {', '.join(undrawn)}: return {'it' if len(undrawn) == 1 else 'them'}"
+            " last and list it under `keywords:` in kernel.yaml"
+        )
+    return lines, todo, frozenset(tensors), keywords
 
 
 def _read_as(read: ShapeRead, order: Sequence[str]) -> str | None:
@@ -445,7 +456,9 @@ def written_outputs(params: Sequence[inspect.Parameter]) -> list[str]:
     return [
         p.name
         for p in params
-        if p.default is p.empty and p.kind is p.POSITIONAL_OR_KEYWORD and _OUT.search(p.name)
+        if p.default is p.empty
+        and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        and _OUT.search(p.name)
     ]
 
 
@@ -504,17 +517,28 @@ def _module_text(
 
 
 def _entry_text(
-    path: str, params: Sequence[inspect.Parameter], body: Sequence[str], todo: Sequence[str]
+    path: str,
+    params: Sequence[inspect.Parameter],
+    body: Sequence[str],
+    todo: Sequence[str],
+    keywords: Sequence[str] = (),
 ) -> str:
     """entry.py: ``make_inputs`` with ``body`` (a stub raising with the ``todo`` if any)."""
     signature = ", ".join(p.name for p in params)
+    called = (
+        "launcher(*inputs)"
+        if not keywords
+        else f"launcher(*inputs[:-{len(keywords)}], "
+        + ", ".join(f"{k}=inputs[{i - len(keywords)}]" for i, k in enumerate(keywords))
+        + ") (kernel.yaml: keywords)"
+    )
     head = [
         f'"""Inputs for {path}, written by `ktuned registry add`.',
         "",
         f"Its parameters: {signature}.",
         "Edit freely: inputs must be deterministic in seed (made on the device with a seeded",
         "generator: on a GPU, drawing large inputs on the CPU took seconds per case). The",
-        'launcher is called as launcher(*inputs)."""',
+        f'launcher is called as {called}."""',
         "",
         "import torch",
         "",
@@ -600,8 +624,10 @@ def add_entry(
     if (directory / "kernel.yaml").exists():
         raise BadInputError(f"{directory / 'kernel.yaml'} exists already; choose --name or --out")
     directory.mkdir(parents=True, exist_ok=True)
-    body, todo, tensors = _plan_inputs(params, shapes[0], flags, objects, reads)
-    (directory / "entry.py").write_text(_entry_text(path, params, body, todo), encoding="utf-8")
+    body, todo, tensors, keywords = _plan_inputs(params, shapes[0], flags, objects, reads)
+    (directory / "entry.py").write_text(
+        _entry_text(path, params, body, todo, keywords), encoding="utf-8"
+    )
     rows = []
     for i, s in enumerate(shapes):
         dims = ", ".join(f"{k}: {v}" for k, v in s.items())
@@ -620,6 +646,8 @@ def add_entry(
         *rows,
         f"dtypes: [{', '.join(canon)}]",
     ]
+    if keywords:
+        yaml.append(f"keywords: [{', '.join(keywords)}]  # the last inputs, passed by keyword")
     init, init_todo = infer_init(target, shapes[0])
     if init:
         yaml.append("init: {" + ", ".join(f"{k}: {v}" for k, v in init.items()) + "}")

@@ -137,6 +137,8 @@ class KernelSpec:
     backward: tuple[int | str, ...] = ()
     init: Mapping[str, KnobValue] = field(default_factory=dict)
     grad_outputs: str | None = None
+    #: Launcher parameters that the last inputs fill by keyword, in order (keyword-only ones).
+    keywords: tuple[str, ...] = ()
     #: A launcher imported from an installed package (tuned.registry.installed): the dotted
     #: name of the module it is defined in and that module's package. ``module_source`` is
     #: then that module's source (what candidates copy), ``launcher`` its qualified name
@@ -152,6 +154,7 @@ class KernelSpec:
             "backward": list(self.backward),
             "init": dict(self.init),
             "grad_outputs": self.grad_outputs,
+            "keywords": list(self.keywords),
         }
 
     @property

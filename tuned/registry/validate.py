@@ -57,6 +57,7 @@ TOP_LEVEL_KEYS: tuple[str, ...] = (
     "backward",
     "init",
     "grad_outputs",
+    "keywords",
 )
 _REQUIRED_EXAMPLES: dict[str, str] = {
     "name": "name: softmax",
