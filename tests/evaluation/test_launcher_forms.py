@@ -183,6 +183,23 @@ def reference(x, y, out0):  # an entry's own reference takes every input by posi
         "launcher: add_into\nreference: reference\nkeywords: [out0]\noutputs: [out0]\n"
         "inputs: make_buffers\nknobs: {BLOCK: [32, 64]}\n",
     ),
+    "keyword_kwargs": (  # the buffer taken through **kwargs: any name goes
+        """
+def make_buffers(shape, dtype, device, seed):
+    x, y = make_inputs(shape, dtype, device, seed)
+    return x, y, torch.zeros_like(x)
+
+
+def add_into(x, y, BLOCK=64, **options):
+    axpy_into(x, y, options["out0"], 1.0, BLOCK=BLOCK)
+
+
+def reference(x, y, buffer):
+    return x + y
+""",
+        "launcher: add_into\nreference: reference\nkeywords: [out0]\noutputs: [out0]\n"
+        "inputs: make_buffers\nknobs: {BLOCK: [32, 64]}\n",
+    ),
     "helpers_package": (
         """
 from helpers import inputs as _inputs  # the entry's own package

@@ -182,14 +182,17 @@ def _positions(
     return found
 
 
-def _input_names(params: Sequence[str], count: int, fields: CallFields) -> list[str]:
+def _input_names(
+    params: Sequence[str], count: int, fields: CallFields, *, check: bool = True
+) -> list[str]:
     """The launcher's parameter names in the order of its ``count`` inputs: the last ones are
     ``fields.keywords`` (so ``outputs: [out0]`` finds a keyword input), then the rest (a
-    name there is past the inputs: :func:`_positions` says so)."""
+    name there is past the inputs: :func:`_positions` says so). ``check``: each keyword must
+    be one of ``params`` (not for a launcher with ``**kwargs``)."""
     keywords = list(fields.keywords)
     if not keywords:
         return list(params)
-    missing = [k for k in keywords if params and k not in params]
+    missing = [k for k in keywords if check and params and k not in params]
     if missing:
         raise _invalid(
             "keywords",
@@ -303,8 +306,22 @@ class EntryCall:
         if function_class is not None:
             return _parameters(function_class.forward)[1:]
         if isinstance(self.target, type):
-            return _parameters(getattr(self.target, "forward", self.target.__call__))[1:]
+            return _parameters(self._called())[1:]
         return _parameters(self.target)
+
+    def _called(self) -> Any:
+        """What the inputs are passed to: the function, or a class's ``forward``."""
+        if isinstance(self.target, type):
+            return getattr(self.target, "forward", self.target.__call__)
+        return self.target
+
+    def takes_any_keyword(self) -> bool:
+        """Whether what the inputs are passed to has a ``**kwargs`` (or no signature to read)."""
+        try:
+            params = inspect.signature(self._called()).parameters.values()
+        except (TypeError, ValueError):
+            return True
+        return any(p.kind is p.VAR_KEYWORD for p in params)
 
     def invoke(
         self, inputs: Sequence[Any], knobs: Mapping[str, Any], dims: Mapping[str, int]
@@ -361,7 +378,7 @@ def entry_call(namespace: ModuleType, kernel: Mapping[str, Any], *, role: str) -
     if role == "reference" and kernel.get("reference"):
         target = resolve(namespace, str(kernel["reference"]), "reference")
         names = None
-        if fields.outputs or fields.backward:  # named by the launcher's parameters
+        if fields.outputs or fields.backward or fields.keywords:  # the launcher's names
             launcher = resolve(namespace, str(kernel["launcher"]), "launcher")
             names = EntryCall(target=launcher, fields=fields, role="launcher").parameters()
         return EntryCall(
@@ -422,7 +439,10 @@ def call(
 
     fields, args = entry.fields, list(inputs)
     params = _input_names(
-        entry.names if entry.names is not None else entry.parameters(), len(args), fields
+        entry.names if entry.names is not None else entry.parameters(),
+        len(args),
+        fields,
+        check=entry.by_keyword and not entry.takes_any_keyword(),  # the launcher's call
     )
     written = _positions(fields.outputs, params, len(args), "outputs")
     for i in written:
