@@ -103,8 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="SECONDS",
         help="start no candidate after this many seconds: what is in flight finishes, then "
-        "the claims are settled and shown as after a full run; a rerun continues "
-        "(default: none, every budget is spent)",
+        "the claims are settled and shown as after a full run; a rerun continues. The "
+        "kernels share the time: one that has had its share gives the GPU to one that has "
+        "not (default: none, every budget is spent)",
     )
     tune.add_argument(
         "--device",

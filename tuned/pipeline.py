@@ -186,6 +186,7 @@ class CampaignPipeline:
         self,
         campaigns: Sequence[Campaign],
         on_first_step: Callable[[Campaign], None] | None = None,
+        deadline: float | None = None,
     ) -> list[CampaignSummary]:
         """Step every campaign until each is finished (summaries in ``campaigns``' order),
         on one GPU worker, never idle while any campaign has work ready: the campaign being
@@ -194,13 +195,30 @@ class CampaignPipeline:
         has one, or that needs its baseline measured, takes over. On the H100 the worker
         otherwise waited 75 of 190 s for compiles (a matmul configuration compiles in up to
         80 s) with the next kernels' work ready. ``on_first_step(campaign)``: called before a
-        campaign's first step (to prepare the kernels after it)."""
+        campaign's first step (to prepare the kernels after it).
+
+        ``deadline`` (``ktuned tune --time-limit``, a :func:`time.monotonic` time): each
+        campaign's fair share of the time is what is left over the campaigns; one that has
+        had its share gives the GPU to a ready campaign that has not (on the H200 the example
+        registry's last kernel was never reached in 300 s: each kernel before it kept the GPU
+        for its whole budget)."""
         active = list(campaigns)
         summaries: dict[int, CampaignSummary] = {}
         started: set[int] = set()
+        used: dict[int, float] = {}  # seconds each campaign's steps took
+        share = None if deadline is None else (deadline - time.monotonic()) / max(1, len(active))
+
+        def owed(c: Campaign) -> bool:  # not yet had its share, or nobody is owed one
+            if share is None or used.get(id(c), 0.0) < share:
+                return True
+            return not any(used.get(id(o), 0.0) < share for o in active)
+
         current = active[0] if active else None
         while active:
-            campaign = current if current is not None and self._ready(current) else None
+            campaign = (
+                current if current is not None and owed(current) and self._ready(current) else None
+            )
+            campaign = campaign or next((c for c in active if owed(c) and self._ready(c)), None)
             campaign = campaign or next((c for c in active if self._ready(c)), None)
             if campaign is None:
                 futures = [i.future for c in active for i in self._queue(c)]
@@ -213,7 +231,10 @@ class CampaignPipeline:
                 self._originals_ahead([c for c in active if id(c) not in started])
                 if on_first_step is not None:
                     on_first_step(campaign)
-            if self.step(campaign) is None:
+            stepped = time.monotonic()
+            done = self.step(campaign) is None
+            used[id(campaign)] = used.get(id(campaign), 0.0) + time.monotonic() - stepped
+            if done:
                 active.remove(campaign)
                 self.forget(campaign.spec.name)
                 summaries[id(campaign)] = campaign.summary()

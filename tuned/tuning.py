@@ -157,7 +157,9 @@ def tune_registry(
         try:
             together: dict[int, CampaignSummary] = {}
             if pipeline is not None:  # the Triton kernels together: the GPU never idles
-                done = pipeline.run_all(kernels, on_first_step=first_step)
+                done = pipeline.run_all(
+                    kernels, on_first_step=first_step, deadline=settings.deadline
+                )
                 together = {id(c): summary for c, summary in zip(kernels, done)}
             for campaign in campaigns:
                 if id(campaign) in together:

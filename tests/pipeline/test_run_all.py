@@ -176,3 +176,31 @@ def test_the_pool_compiles_the_next_kernels_originals_while_one_is_measured() ->
     quiet = CampaignPipeline(pool=pool, settings=PipelineSettings(speculate=False))  # type: ignore[arg-type]
     quiet.run_all([_Campaign(name, 1, gpu) for name in ("e", "f")])  # type: ignore[arg-type]
     assert not [e for e in gpu if e.startswith("pool:")]
+
+
+def test_under_a_time_limit_each_kernel_gets_its_share_of_the_gpu() -> None:
+    """``ktuned tune --time-limit``: a kernel that has had its share (the time over the
+    kernels) gives the GPU to one that has not. On the H200 the example registry's last
+    kernel was never reached in 300 s, each kernel before it keeping the GPU to its budget."""
+
+    class _Slow(_Campaign):
+        def evaluate(self, candidate: Candidate, phases: Any = None, precompile: Any = None) -> str:
+            time.sleep(0.01)
+            return super().evaluate(candidate, phases, precompile)
+
+    gpu: list[str] = []
+    campaigns = [_Slow(name, 30, gpu) for name in ("a", "b", "c")]
+    pipeline = CampaignPipeline(pool=_Pool(slow=set()), settings=PipelineSettings(speculate=False))  # type: ignore[arg-type]
+    pipeline.run_all(campaigns, deadline=time.monotonic() + 0.3)  # type: ignore[arg-type]
+    # Each had about 0.1 s (10 of its 30 candidates) before the next one started.
+    assert gpu.index("b:baseline") < gpu.index("a:15") and gpu.index("c:baseline") < gpu.index(
+        "b:15"
+    ), gpu
+    assert gpu.index("c:baseline") < gpu.index("a:20"), gpu
+    assert all(f"{n}:30" in gpu for n in "abc")  # the fake campaigns go on to their budgets
+
+    gpu.clear()  # without a deadline the kernel on the GPU keeps it, as before
+    pipeline.run_all([_Slow(name, 5, gpu) for name in ("a", "b")])  # type: ignore[arg-type]
+    assert gpu == ["a:baseline", *(f"a:{i}" for i in range(1, 6)), "b:baseline"] + [
+        f"b:{i}" for i in range(1, 6)
+    ]
