@@ -11,18 +11,18 @@ another request); the next evaluation starts a fresh worker.
 
 With ``spares=N`` (on a GPU: :data:`GPU_SPARES`, for the daemon and ``ktuned tune``), N more
 workers are started ahead and wait, so that a fresh worker (the acceptance rule's
-re-measurement, or a restart after a crash) is there at once instead of after PyTorch's
-import and CUDA's start-up (seconds on a GPU box, per acceptance); three, because
-acceptances come seconds apart early in a campaign, faster than a spare starts. Once the client has
-evaluated a kernel, each spare is asked to *prepare* for it (for each kernel it evaluates, in
-turn): it runs the kernel's original
-module (trusted code, the registry's own) at its baseline knobs through the correctness
-checks, which makes the cases' inputs and reference outputs and starts Triton's and
-PyTorch's lazily loaded machinery. No candidate code has run in a spare when it takes over:
-for the candidate it measures, it is as fresh as a worker started then. Each process has its
-own directory (``workdir``, then ``workdir/spare-0``, ``spare-1``, ... in turn: its
-``stderr.log`` and modules); all share the Triton cache (``workdir/triton-cache`` unless
-``cache_dir`` says otherwise).
+re-measurement, or a restart after a crash) is there at once instead of after PyTorch's import
+and CUDA's start-up (seconds on a GPU box, per acceptance); four, because acceptances come
+seconds apart early in a campaign, faster than a spare starts. Once the client has evaluated a
+kernel, each of the first :data:`PREPARED_SPARES` spares in line is asked to *prepare* for it
+(for each kernel it evaluates, in turn; the others once they move up): it runs the kernel's
+original module (trusted code, the registry's own) at its baseline knobs through the
+correctness checks, which makes the cases' inputs and reference outputs and starts Triton's and
+PyTorch's lazily loaded machinery. No candidate code has run in a spare when it takes over: for
+the candidate it measures, it is as fresh as a worker started then. Each process has its own
+directory (``workdir``, then ``workdir/spare-0``, ``spare-1``, ... in turn: its ``stderr.log``
+and modules); all share the Triton cache (``workdir/triton-cache`` unless ``cache_dir`` says
+otherwise).
 """
 
 from __future__ import annotations
@@ -66,11 +66,6 @@ log = logging.getLogger(__name__)
 #: Each costs a CUDA context and the kernel's inputs on the GPU (about 0.6 GB for the matmul).
 GPU_SPARES = 4
 
-#: The part of a GPU (less the cache's margin) that the case caches of a worker and its spares
-#: may hold together (tuned.evaluation.case_cache), and the part of it that the spares hold
-#: (shared equally), until one takes over and gets the rest: the worker evaluates nearly
-#: every candidate, a spare re-measures one and has its cases spilled in host memory too (on
-#: the H100 equal shares of a tenth left layer_norm's cases mostly spilled: 2.2 s a candidate).
 #: The spares, first in line, that prepare for the kernels evaluated; the others wait, started,
 #: and prepare once they move up (at their kernels' next evaluations). A preparation makes all
 #: of a kernel's cases in holds of the GPU turn that the worker's timing waits for: on the
@@ -78,6 +73,12 @@ GPU_SPARES = 4
 #: and the worker waited 0.3 s per candidate (bench/RESULTS.md, twenty-first session).
 PREPARED_SPARES = 2
 
+#: The part of a GPU (less the cache's margin) that the case caches of a worker and its spares
+#: may hold together (tuned.evaluation.case_cache), and the part of it that the spares hold
+#: (shared equally by the :data:`PREPARED_SPARES`), until one takes over and gets the rest: the
+#: worker evaluates nearly every candidate, a spare re-measures one and has its cases spilled in
+#: host memory too (on the H100 equal shares of a tenth left layer_norm's cases mostly spilled:
+#: 2.2 s a candidate).
 CASE_CACHE_DEVICE_SHARE = 0.5
 SPARES_CACHE_SHARE = 0.2
 
