@@ -192,3 +192,70 @@ def test_a_tensor_read_with_more_dimensions_than_the_shape_is_drawn_by_name_or_a
     assert "q (the launcher reads it as 4-D, line 3: `B, H, L, D = q.shape`" in todo[0]
     assert "e.g. B=...,H=...,L=...,D=..." in todo[0]
     assert "k (the launcher reads it as 3-D" in todo[1]
+
+
+WRAPPED_ATTENTION = """
+import torch
+
+
+class _Attention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, sm_scale):
+        B, H, L, D = q.shape
+        return q * sm_scale
+
+
+def _helper(x, kv):
+    n = kv.size(2)
+    return x
+
+
+def attention(q, k, v, sm_scale):
+    _helper(q, kv=v)
+    return _Attention.apply(q, k, v, sm_scale)
+"""
+
+
+def test_a_shape_read_in_a_function_the_launcher_calls_counts_as_the_launchers(
+    tmp_path: Path,
+) -> None:
+    """A wrapper that reads no shape itself hands its tensors to a Function whose
+    ``forward`` unpacks ``B, H, L, D = q.shape`` (and a helper reads ``kv.size(2)``): those
+    reads are the launcher's, so a 2-D --shape asks for the dimensions instead of drawing
+    2-D tensors the original fails on, and the named ones draw q in that order."""
+    import importlib
+    import sys
+
+    from tuned.registry.scaffold import _launcher_def, reads_through_calls
+    from tuned.registry.scaffold_source import shape_reads
+
+    (tmp_path / "wrapped_attention.py").write_text(WRAPPED_ATTENTION)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        module = importlib.import_module("wrapped_attention")
+        fn = _launcher_def(module.attention)
+        assert fn is not None
+        reads = reads_through_calls(module.attention, fn)
+        assert reads["q"].names == ("B", "H", "L", "D")
+        assert "_Attention.apply" in reads["q"].text and "B, H, L, D = q.shape" in reads["q"].text
+        assert reads["v"].rank == 3 and "_helper(kv)" in reads["v"].text
+        assert "k" not in reads  # forward reads nothing of k
+        assert shape_reads(fn) == {}  # the wrapper's own statements read nothing
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("wrapped_attention", None)
+    flat = ktuned(
+        *("registry", "add", "wrapped_attention.attention", "--shape", "M=64,N=64"),
+        *("--out", tmp_path / "reg"),
+        path=tmp_path,
+    )
+    assert flat.returncode == 0, flat.stderr
+    assert "q (the launcher reads it as 4-D" in flat.stdout and "_Attention.apply" in flat.stdout
+    named = ktuned(
+        *("registry", "add", "wrapped_attention.attention", "--name", "named"),
+        *("--shape", "B=1,H=2,L=16,D=8", "--out", tmp_path / "reg"),
+        path=tmp_path,
+    )
+    assert named.returncode == 0, named.stderr
+    inputs = (tmp_path / "reg" / "named" / "entry.py").read_text()
+    assert 'q = rand(shape["B"], shape["H"], shape["L"], shape["D"])' in inputs, inputs

@@ -206,6 +206,73 @@ def _launcher_def(target: Any) -> ast.FunctionDef | None:
     return defs[0] if defs else None
 
 
+def reads_through_calls(target: Any, fn: ast.FunctionDef, depth: int = 2) -> dict[str, ShapeRead]:
+    """:func:`~tuned.registry.scaffold_source.shape_reads` of the launcher ``fn`` (``target``'s
+    def), and of the functions it hands a parameter to unchanged (``_attention.apply(q, k,
+    v, ...)``, ``_fwd(q, k)``), resolved in its module, ``depth`` calls deep: a wrapper that
+    reads no shape itself passes its tensors to a Function whose ``forward`` unpacks
+    ``B, H, L, D = q.shape``."""
+    own = shape_reads(fn)
+    if depth <= 0:
+        return own
+    function = getattr(_function_of(target), "__func__", _function_of(target))
+    owner = _function_class(target)
+    namespace = getattr(owner.forward if owner is not None else function, "__globals__", {})
+    params = {a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]}
+    for node in ast.walk(fn):
+        if not isinstance(node, ast.Call):
+            continue
+        callee = _named_object(node.func, namespace)
+        if callee is None or callee is target:
+            continue
+        inner = _launcher_def(callee)
+        if inner is None or inner is fn:
+            continue
+        theirs = reads_through_calls(callee, inner, depth - 1)
+        positional = [a.arg for a in [*inner.args.posonlyargs, *inner.args.args]]
+        if _function_class(callee) is not None:
+            positional = positional[1:]  # forward's ctx
+        passed = [(positional[i], a) for i, a in enumerate(node.args) if i < len(positional)]
+        passed += [(k.arg, k.value) for k in node.keywords if k.arg is not None]
+        name = ast.unparse(node.func)
+        for their, arg in passed:
+            if (
+                isinstance(arg, ast.Name)
+                and arg.id in params
+                and arg.id not in own
+                and (read := theirs.get(their)) is not None
+            ):
+                text = (
+                    f"{name}: {read.text}" if their == arg.id else f"{name}({their}): {read.text}"
+                )
+                own[arg.id] = ShapeRead(read.rank, read.names, read.line, text)
+    return own
+
+
+def _named_object(node: ast.expr, namespace: Mapping[str, Any]) -> Any:
+    """The object a call's function expression (``f``, ``Cls.apply``, ``mod.f``) names in a
+    module's ``namespace``, when it is a Python function or an autograd Function's ``apply``;
+    else None (nothing is called or imported to find it)."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name) or node.id not in namespace:
+        return None
+    obj = namespace[node.id]
+    for part in reversed(parts):
+        obj = (
+            inspect.getattr_static(obj, part, None) if part != "apply" else getattr(obj, part, None)
+        )
+        if obj is None:
+            return None
+    if isinstance(obj, staticmethod):
+        obj = obj.__func__
+    if inspect.isfunction(obj) or _function_class(obj) is not None:
+        return obj
+    return None
+
+
 def _has_own_backward(target: Any) -> bool:
     """Whether ``target`` is an autograd Function's ``apply`` whose class defines ``backward``
     (rather than inheriting the one that raises): training calls it, so the entry checks it.
@@ -616,7 +683,7 @@ def add_entry(
         fn = _launcher_def(target)
         flags = tested_params(fn) if fn is not None else frozenset()
         objects = object_params(fn) if fn is not None else {}
-        reads = shape_reads(fn) if fn is not None else {}
+        reads = reads_through_calls(target, fn) if fn is not None else {}
     entry_name = name or re.sub(
         r"[^a-z0-9_-]+", "-", path.split(".")[-1 if not path.endswith(".apply") else -2].lower()
     ).strip("-")
