@@ -31,6 +31,13 @@ class _Scripted:
         self.kernel = {"tolerance": {"float32": [1e-5, 1e-5]}}
         self.calls: list[tuple[str, int]] = []
         self.captured: set[tuple[str, int]] = set()
+        self.parts: list[str] = []
+        self.part_seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def part(self, name: str) -> Iterator[None]:  # judge.Evaluation.part, names only
+        self.parts.append(name)
+        yield
 
     def timing_seeds(self, case: Case, count: int) -> list[int]:
         return list(range(1000, 1000 + count))
