@@ -259,3 +259,34 @@ def test_a_shape_read_in_a_function_the_launcher_calls_counts_as_the_launchers(
     assert named.returncode == 0, named.stderr
     inputs = (tmp_path / "reg" / "named" / "entry.py").read_text()
     assert 'q = rand(shape["B"], shape["H"], shape["L"], shape["D"])' in inputs, inputs
+
+
+def test_a_union_with_a_tensor_is_drawn_as_a_tensor_and_other_annotations_asked_for() -> None:
+    """FlagGems' generated wrappers annotate ``in0: Union[torch.Tensor, StridedBuffer]``: a
+    tensor is what the caller passes, so it is drawn; ``Optional[Tensor]`` and ``Tensor |
+    None`` likewise. An annotation with no tensor in it (a config object) is still a TODO."""
+    import inspect
+    from typing import Optional, Union
+
+    import torch
+
+    from tuned.registry.scaffold import infer_inputs
+
+    class StridedBuffer:
+        pass
+
+    class Config:
+        pass
+
+    kinds = inspect.Parameter
+    # typing.Union / Optional as user code writes them, beside PEP 604's `X | None`
+    params = [
+        kinds("in0", kinds.POSITIONAL_ONLY, annotation=Union[torch.Tensor, StridedBuffer]),  # noqa: UP007
+        kinds("bias", kinds.POSITIONAL_OR_KEYWORD, annotation=Optional[torch.Tensor]),  # noqa: UP045
+        kinds("gate", kinds.POSITIONAL_OR_KEYWORD, annotation=torch.Tensor | None),
+        kinds("config", kinds.POSITIONAL_OR_KEYWORD, annotation=Union[Config, StridedBuffer]),  # noqa: UP007
+    ]
+    lines, todo = infer_inputs(params, {"N": 64})
+    assert 'in0 = rand(shape["N"])' in lines and 'gate = rand(shape["N"])' in lines, lines
+    assert any(line.startswith("bias = ") for line in lines), lines
+    assert len(todo) == 1 and todo[0].startswith("config ("), todo

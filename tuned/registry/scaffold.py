@@ -30,6 +30,8 @@ import importlib
 import inspect
 import re
 import textwrap
+import types
+import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -513,6 +515,9 @@ def _other_type(annotation: object) -> bool:
 
     if isinstance(annotation, type) and issubclass(annotation, torch.Tensor):
         return False
+    members = typing.get_args(annotation)  # Union[torch.Tensor, StridedBuffer], Optional[...]
+    if members and typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return all(_other_type(m) for m in members if m is not type(None))
     text = str(getattr(annotation, "__name__", annotation))
     return annotation is not inspect.Parameter.empty and "Tensor" not in text
 
