@@ -32,12 +32,14 @@ class _Scripted:
         self.calls: list[tuple[str, int]] = []
         self.captured: set[tuple[str, int]] = set()
         self.parts: list[str] = []
-        self.part_seconds: dict[str, float] = {}
 
     @contextlib.contextmanager
     def part(self, name: str) -> Iterator[None]:  # judge.Evaluation.part, names only
         self.parts.append(name)
         yield
+
+    def add_part(self, name: str, seconds: float) -> None:
+        self.parts.append(name)
 
     def timing_seeds(self, case: Case, count: int) -> list[int]:
         return list(range(1000, 1000 + count))

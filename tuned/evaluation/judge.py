@@ -241,11 +241,16 @@ class Evaluation:
     def part(self, name: str) -> Any:
         """Adds the seconds of the block to ``part_seconds["PHASE.name"]`` (a nested part
         counts in both)."""
-        key, started = f"{self.phase}.{name}", time.monotonic()
+        started = time.monotonic()
         try:
             yield
         finally:
-            self.part_seconds[key] = self.part_seconds.get(key, 0.0) + (time.monotonic() - started)
+            self.add_part(name, time.monotonic() - started)
+
+    def add_part(self, name: str, seconds: float) -> None:
+        """``seconds`` more for ``part_seconds["PHASE.name"]`` (measured elsewhere)."""
+        key = f"{self.phase}.{name}"
+        self.part_seconds[key] = self.part_seconds.get(key, 0.0) + seconds
 
     def enter(self, phase: str) -> None:
         now = time.monotonic()
@@ -550,7 +555,7 @@ class Evaluation:
         waited = self.turn.waited_s
         turn_asked = time.monotonic()
         with self.turn.hold(self._turn_wait_s()) as held:
-            self.part_seconds["benchmark.turn_wait"] = time.monotonic() - turn_asked
+            self.add_part("turn_wait", time.monotonic() - turn_asked)
             turn: dict[str, Any] = {"held": held, "waited_s": round(self.turn.waited_s - waited, 4)}
             if self.options.get("checks_hold_turn"):  # what its checks waited (_case_turn)
                 turn["checks_waited_s"] = round(waited - self._turn_before[0], 4)

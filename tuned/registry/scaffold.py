@@ -217,7 +217,8 @@ def reads_through_calls(target: Any, fn: ast.FunctionDef, depth: int = 2) -> dic
     own = shape_reads(fn)
     if depth <= 0:
         return own
-    function = getattr(_function_of(target), "__func__", _function_of(target))
+    wrapped = _function_of(target)
+    function = getattr(wrapped, "__func__", wrapped)
     owner = _function_class(target)
     namespace = getattr(owner.forward if owner is not None else function, "__globals__", {})
     params = {a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]}
@@ -228,7 +229,7 @@ def reads_through_calls(target: Any, fn: ast.FunctionDef, depth: int = 2) -> dic
         if callee is None or callee is target:
             continue
         inner = _launcher_def(callee)
-        if inner is None or inner is fn:
+        if inner is None:
             continue
         theirs = reads_through_calls(callee, inner, depth - 1)
         positional = [a.arg for a in [*inner.args.posonlyargs, *inner.args.args]]
@@ -473,7 +474,8 @@ def _plan_inputs(
     if undrawn:
         todo.append(
             f"keyword-only {', '.join(undrawn)}: return {'it' if len(undrawn) == 1 else 'them'}"
-            " last and list it under `keywords:` in kernel.yaml"
+            f" last and list {'it' if len(undrawn) == 1 else 'them'} under `keywords:` in "
+            "kernel.yaml"
         )
     return lines, todo, frozenset(tensors), keywords
 
@@ -584,8 +586,8 @@ def _module_text(
     objects: Mapping[str, str] | None = None,
     reads: Mapping[str, ShapeRead] | None = None,
 ) -> tuple[str, list[str]]:
-    body, todo = infer_inputs(params, dims, flags, objects, reads)
-    return _entry_text(path, params, body, todo), todo
+    body, todo, _, keywords = _plan_inputs(params, dims, flags, objects, reads)
+    return _entry_text(path, params, body, todo, keywords), todo
 
 
 def _entry_text(
