@@ -217,3 +217,41 @@ def test_a_runner_keeps_the_cuda_graphs_of_the_current_case_only(
     capturing["fail"] = False  # would capture now: the case stays eager all the same
     assert runner._graph_reps(slot, fn, sets[1], 16, "M=3") == (None, False, False)
     assert len(captured) == attempts  # no second attempt ran the launcher
+
+
+def test_a_long_timed_call_replays_one_graph_of_graph_unit_calls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A short kernel's timed length is hundreds of calls; capturing all of them ran the
+    launcher's Python for each (the largest part of Liger's RMSNorm benchmark phase on the
+    H200). A multiple of ``GRAPH_UNIT`` captures one graph of that many calls and replays it;
+    other lengths (the calibration's, a short kernel's) are captured whole."""
+    import contextlib
+
+    from tuned.evaluation import runner as runner_module
+
+    unit = runner_module.GRAPH_UNIT
+    launched: list[int] = []
+    replays: list[int] = []
+
+    class FakeGraph:
+        def replay(self) -> None:
+            replays.append(1)
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
+    monkeypatch.setattr(torch.cuda, "graph", lambda g: contextlib.nullcontext())
+    runner = Runner.__new__(Runner)
+    slot = runner_module.Slot(launcher=None, knobs={}, module="m")  # type: ignore[arg-type]
+    inputs = [0]
+
+    def fn(*args: Any) -> int:
+        launched.append(1)
+        return len(launched)
+
+    out, replayed, captured = runner._graph_reps(slot, fn, inputs, 3 * unit, "M=1")
+    assert replayed and captured and len(launched) == unit and len(replays) == 3
+    assert out == unit  # the outputs of the graph's last captured call
+    runner._graph_reps(slot, fn, inputs, 5 * unit, "M=1")  # the same graph, five times
+    assert len(launched) == unit and len(replays) == 8
+    runner._graph_reps(slot, fn, inputs, unit + 1, "M=1")  # not a multiple: captured whole
+    assert len(launched) == 2 * unit + 1 and len(replays) == 9

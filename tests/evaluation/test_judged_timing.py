@@ -214,3 +214,17 @@ def test_a_sample_of_zero_times_the_case_again_with_fresh_calibrations() -> None
     # Timed twice: the candidate's rounds of both timings, the incumbent calibrated afresh.
     assert jitter.timed_rounds == 2 * 11  # each timing: the graph capture and 10 rounds
     assert sum(1 for slot, n in jitter.calls if slot == "incumbent" and n == 12) >= 2
+
+
+def test_a_timed_length_past_the_graph_unit_is_a_multiple_of_it() -> None:
+    # The runner replays one graph of GRAPH_UNIT calls for such a length (its capture ran
+    # the launcher's Python once per call): the judge sizes timed calls to whole graphs.
+    from tuned.evaluation.runner import GRAPH_UNIT
+
+    case = Case({"N": 64}, "float32", 0, True)
+    scripted = _Scripted("incumbent-unit")
+    _time(scripted, case)
+    timed = {n for _, n in scripted.calls if n not in (2, 12)}
+    assert timed and all(n > GRAPH_UNIT and n % GRAPH_UNIT == 0 for n in timed), timed
+    # 10 ms rounds: 500 calls of 20 us, 333 of 30 us, to the nearest whole graph.
+    assert timed == {8 * GRAPH_UNIT, 5 * GRAPH_UNIT}

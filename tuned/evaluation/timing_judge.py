@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from profilers.timing import TimingSettings
 from tuned.evaluation.checks import CaseFailure, compare_outputs
+from tuned.evaluation.runner import GRAPH_UNIT
 
 if TYPE_CHECKING:
     from tuned.evaluation.judge import Case, Evaluation, Target
@@ -239,7 +240,7 @@ class JudgedTiming:
         reps = known[0]
         round_s = self.settings.target_ms / 1e3 / max(1, self.settings.graph_rounds)
         kernel_s = statistics.median(samples) * reps
-        short = kernel_s < round_s / 4 and reps < self.settings.max_reps  # (clamped: by design)
+        short = kernel_s < round_s / 4 and reps < self._most_reps  # (clamped: by design)
         long = kernel_s > 4 * round_s and reps > self.settings.min_reps
         return short or long
 
@@ -256,7 +257,8 @@ class JudgedTiming:
         per repetition are the slope between calls of ``_SHORT`` and ``_LONG`` repetitions
         (median of a few pairs), the fixed cost what is left at zero repetitions; the
         repetitions are sized so that a round lasts ``target_ms / graph_rounds`` of kernel
-        time. All of it on the judge's clock."""
+        time, past :data:`~tuned.evaluation.runner.GRAPH_UNIT` in whole multiples of it. All
+        of it on the judge's clock."""
         ev = self.evaluation
         if not self.gpu:
             return 1, target.runner.overhead()
@@ -277,8 +279,17 @@ class JudgedTiming:
         per_call = statistics.median(slopes)
         fixed = max(statistics.median(bases), 0.0)
         round_s = self.settings.target_ms / 1e3 / max(1, self.settings.graph_rounds)
-        reps = int(round_s / per_call)
-        return max(self.settings.min_reps, min(self.settings.max_reps, reps)), fixed
+        reps = max(self.settings.min_reps, min(self.settings.max_reps, int(round_s / per_call)))
+        if reps > GRAPH_UNIT:  # whole graphs of GRAPH_UNIT calls (the runner replays one)
+            whole = max(round(reps / GRAPH_UNIT), -(-self.settings.min_reps // GRAPH_UNIT))
+            reps = min(whole * GRAPH_UNIT, self._most_reps)
+        return reps, fixed
+
+    @property
+    def _most_reps(self) -> int:
+        """``max_reps``; past :data:`GRAPH_UNIT`, the largest multiple of it not above."""
+        most = self.settings.max_reps
+        return most if most <= GRAPH_UNIT else most // GRAPH_UNIT * GRAPH_UNIT
 
 
 def _slower(samples: list[list[float]], settings: TimingSettings) -> bool:
