@@ -102,7 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_timeout_s,
         default=None,
         metavar="SECONDS",
-        help="start no candidate after this many seconds: what is in flight finishes, then "
+        help="start no candidate after this many seconds (queued ones are dropped): the "
+        "evaluation on the GPU finishes, then "
         "the claims are settled and shown as after a full run; a rerun continues. The "
         "kernels share the time: one that has had its share gives the GPU to one that has "
         "not (default: none, every budget is spent)",

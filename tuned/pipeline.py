@@ -149,6 +149,8 @@ class CampaignPipeline:
         self._guessed_first: set[str] = set()
         #: Kernels whose originals were given to the pool ahead (once each).
         self._originals_sent: set[str] = set()
+        #: :meth:`run_all`'s ``deadline`` while it runs.
+        self._deadline: float | None = None
 
     def step(self, campaign: Campaign) -> TrialRow | None:
         """Evaluate the campaign's next candidate on the GPU worker (or record its failure in
@@ -157,6 +159,11 @@ class CampaignPipeline:
         The baseline, and anything a batch cannot give, goes through :meth:`Campaign.step`.
         """
         queue = self._queue(campaign)
+        if self._deadline is not None and time.monotonic() >= self._deadline:
+            # --time-limit: nothing queued starts, compiled or not (on the H200 the queued
+            # candidates of six Liger entries ran 80 s past a 220 s limit, one compiling for
+            # 17 s in the worker); the campaign ends as its own deadline says.
+            queue.clear()
         self._fill(campaign, queue, evaluating=None)
         if not queue:
             self._speculate_first(campaign)
@@ -201,7 +208,20 @@ class CampaignPipeline:
         campaign's fair share of the time is what is left over the campaigns; one that has
         had its share gives the GPU to a ready campaign that has not (on the H200 the example
         registry's last kernel was never reached in 300 s: each kernel before it kept the GPU
-        for its whole budget)."""
+        for its whole budget); past it, no queued candidate starts: each campaign's next
+        step ends it (:attr:`~tuned.search.TuneSettings.deadline`)."""
+        self._deadline = deadline
+        try:
+            return self._run_all(campaigns, on_first_step, deadline)
+        finally:
+            self._deadline = None
+
+    def _run_all(
+        self,
+        campaigns: Sequence[Campaign],
+        on_first_step: Callable[[Campaign], None] | None,
+        deadline: float | None,
+    ) -> list[CampaignSummary]:
         active = list(campaigns)
         summaries: dict[int, CampaignSummary] = {}
         started: set[int] = set()
@@ -245,6 +265,8 @@ class CampaignPipeline:
         """Whether :meth:`step` would start on the GPU at once: a candidate is compiled (the
         first proposed, ``in_order``), or nothing is in flight (the baseline, an evaluation
         without the pool, or the end)."""
+        if self._deadline is not None and time.monotonic() >= self._deadline:
+            return True  # past run_all's deadline its next step ends it: no compile to wait for
         queue = self._queue(campaign)
         self._fill(campaign, queue, evaluating=None)
         items = list(queue)[:1] if self.settings.in_order else list(queue)

@@ -192,15 +192,58 @@ def test_under_a_time_limit_each_kernel_gets_its_share_of_the_gpu() -> None:
     campaigns = [_Slow(name, 30, gpu) for name in ("a", "b", "c")]
     pipeline = CampaignPipeline(pool=_Pool(slow=set()), settings=PipelineSettings(speculate=False))  # type: ignore[arg-type]
     pipeline.run_all(campaigns, deadline=time.monotonic() + 0.3)  # type: ignore[arg-type]
+
+    def first(name: str, k: int) -> int:  # where the GPU first measured name's k-th or later
+        return next(
+            i
+            for i, e in enumerate(gpu)
+            if e.startswith(f"{name}:") and e[2:].isdigit() and int(e[2:]) >= k
+        )
+
     # Each had about 0.1 s (10 of its 30 candidates) before the next one started.
-    assert gpu.index("b:baseline") < gpu.index("a:15") and gpu.index("c:baseline") < gpu.index(
-        "b:15"
-    ), gpu
-    assert gpu.index("c:baseline") < gpu.index("a:20"), gpu
-    assert all(f"{n}:30" in gpu for n in "abc")  # the fake campaigns go on to their budgets
+    assert gpu.index("b:baseline") < first("a", 15) and gpu.index("c:baseline") < first("b", 15)
+    assert gpu.index("c:baseline") < first("a", 20), gpu
+    # The fake campaigns go on proposing past the deadline (a real one stops: the next test).
+    assert all(first(n, 25) for n in "abc")
 
     gpu.clear()  # without a deadline the kernel on the GPU keeps it, as before
     pipeline.run_all([_Slow(name, 5, gpu) for name in ("a", "b")])  # type: ignore[arg-type]
     assert gpu == ["a:baseline", *(f"a:{i}" for i in range(1, 6)), "b:baseline"] + [
         f"b:{i}" for i in range(1, 6)
     ]
+
+
+def test_past_the_time_limit_no_queued_candidate_starts_and_no_compile_is_awaited() -> None:
+    """``ktuned tune --time-limit``: what is on the GPU finishes, but the candidates queued
+    behind it (compiled, or still compiling) never start, and the run does not wait for the
+    pool. On the H200 the queued candidates of six Liger entries ran 80 s past a 220 s
+    limit."""
+
+    @dataclass
+    class _Limited(_Campaign):  # a real Campaign proposes and starts nothing past its deadline
+        deadline: float = 0.0
+
+        def propose_batch(self, size: int, pending: Any = ()) -> list[tuple[Any, Candidate]]:
+            return [] if time.monotonic() >= self.deadline else super().propose_batch(size)
+
+        def step(self) -> Any:
+            return None if time.monotonic() >= self.deadline else super().step()
+
+        def evaluate(self, candidate: Candidate, phases: Any = None, precompile: Any = None) -> str:
+            time.sleep(0.05)
+            return super().evaluate(candidate, phases, precompile)
+
+    gpu: list[str] = []
+    deadline = time.monotonic() + 0.12
+    a = _Limited("a", 20, gpu, deadline=deadline)
+    b = _Limited("b", 20, gpu, deadline=deadline)  # its candidates compile for _RESCUE_S
+    pool = _Pool(slow={"b"})
+    pipeline = CampaignPipeline(pool=pool, settings=PipelineSettings(speculate=False))  # type: ignore[arg-type]
+    started = time.monotonic()
+    pipeline.run_all([a, b], deadline=deadline)  # type: ignore[list-item]
+    ended = time.monotonic()
+    assert ended - started < _RESCUE_S / 2, gpu  # b's compiles were not awaited
+    a_done = [e for e in gpu if e.startswith("a:") and e != "a:baseline"]
+    assert 1 <= len(a_done) <= 3, gpu  # what was on the GPU at the limit, nothing queued
+    assert not [e for e in gpu if e.startswith("b:") and e != "b:baseline"], gpu
+    assert a.proposed > a.evaluated  # queued candidates were dropped, not measured
