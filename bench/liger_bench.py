@@ -11,8 +11,11 @@
    flushed); PyTorch eager (the entry's ``eager``); the bytes the call must move (its tensor
    inputs and outputs, gradients included, plus the incoming gradients for fwd+bwd entries)
    over time, as a share of the device's copy bandwidth measured here (``dst.copy_(src)`` of
-   512 MiB: 2 x 512 MiB moved) — the copy ceiling. The fresh copies each call makes of the
-   arguments it writes and of the inputs it differentiates (read + write) count as moved.
+   512 MiB: 2 x 512 MiB moved) — the copy ceiling — and of a copy that moves as many bytes
+   as the call (at 64 MiB a copy's launch and tail are a larger share of its time). The fresh
+   copies each call makes of the arguments it writes and of the inputs it differentiates
+   (read + write) count as moved. "tuned" is, per shape, the variant ``tuned.runtime.load``
+   dispatches there.
 
 Prints one markdown row per entry and shape, then the totals: the share of entries
 registered unchanged, the share with a non-empty space, the geomean tuned speedup, the budget
@@ -111,18 +114,20 @@ def _bytes(values: Any) -> int:
     return sum(t.numel() * t.element_size() for t in items if isinstance(t, torch.Tensor))
 
 
-def _copy_bandwidth(gpu: bool) -> float:
-    """Bytes per second of a device copy (read + write), the ceiling of a memory-bound op."""
+def _copy_bandwidth(gpu: bool, moved: int | None = None) -> float:
+    """Bytes per second of a device copy (read + write), the ceiling of a memory-bound op:
+    of 512 MiB, or one that moves ``moved`` bytes (a call's own size: a 64 MiB op's launch
+    and tail are a larger share of its time than a 1 GiB one's)."""
     import torch
 
-    n = (512 << 20) if gpu else (16 << 20)
+    n = moved // 2 if moved else (512 << 20) if gpu else (16 << 20)
     device = "cuda" if gpu else "cpu"
-    src = torch.ones(n // 4, dtype=torch.float32, device=device)
+    src = torch.ones(max(1, n // 4), dtype=torch.float32, device=device)
     dst = torch.empty_like(src)
     fn = lambda: dst.copy_(src)
     fn()
     median, _ = gpu_median_seconds(fn) if gpu else wall_median_seconds(fn)
-    return 2 * n / median
+    return 2 * src.numel() * 4 / median
 
 
 def _run(fn: Any, knobs: dict[str, Any], inputs: Any) -> Any:
@@ -276,11 +281,12 @@ def remeasure(registry: Path, state: Path, smoke: bool) -> None:
                     if original_best:  # one configuration: its own time on both sides
                         found["tuned_s"] = found["shipped_s"]
                     found["bytes"] += 2 * _copied_bytes(spec.outputs, spec.backward, names, inputs)
+                    del inputs
+                    found["same_size_copy_bandwidth"] = _copy_bandwidth(gpu, found["bytes"])
                     found.update(
                         entry=spec.name, shape=shape.label(), dtype=dtype_name, best_knobs=shown
                     )
                     print(json.dumps(found), flush=True)
-                    del inputs
                     if gpu:
                         torch.cuda.empty_cache()
     store.close()
@@ -412,9 +418,9 @@ def _bench(args: argparse.Namespace, scratch: Path) -> int:
     print(f"copy ceiling: {bandwidth / 1e9:.0f} GB/s (dst.copy_(src), read + write)\n")
     print(
         "| entry | shape | registered unchanged | space | shipped | tuned | speedup | "
-        "ceiling before | ceiling after | eager | best knobs |"
+        "ceiling before | ceiling after | same-size copy before / after | eager | best knobs |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     logs: list[float] = []
     for item in lines[1:]:
         name = item["entry"]
@@ -422,17 +428,19 @@ def _bench(args: argparse.Namespace, scratch: Path) -> int:
         if "error" in item:
             print(
                 f"| {name} | - | {registered[2].strip()} | {registered[3].strip()} | "
-                f"{item['error']} | | | | | | |"
+                f"{item['error']} | | | | | | | |"
             )
             continue
         speedup = item["shipped_s"] / item["tuned_s"]
         logs.append(math.log(speedup))
         before = item["bytes"] / item["shipped_s"] / bandwidth
         after = item["bytes"] / item["tuned_s"] / bandwidth
+        same = float(item["same_size_copy_bandwidth"])
+        own = " / ".join(f"{item['bytes'] / item[k] / same:.0%}" for k in ("shipped_s", "tuned_s"))
         print(
             f"| {name} | {item['shape']}/{item['dtype']} | {registered[2].strip()} | "
             f"{registered[3].strip()} | {_ms(item['shipped_s'])} | {_ms(item['tuned_s'])} | "
-            f"{speedup:.2f}x | {before:.0%} | {after:.0%} | {_ms(item['eager_s'])} | "
+            f"{speedup:.2f}x | {before:.0%} | {after:.0%} | {own} | {_ms(item['eager_s'])} | "
             f"{item['best_knobs'] or 'shipped'} |"
         )
     total = len(rows)

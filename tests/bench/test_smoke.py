@@ -67,7 +67,7 @@ SLOW_SMOKE: dict[str, tuple[tuple[str, ...], str]] = {
     "aa_busy.py": ((), "false acc"),
     "soak.py": ((), "soak: smoke run (no verdict)"),
     "tune_examples.py": ((), "| vector_add |"),
-    "liger_bench.py": ((), "| entry |"),
+    "liger_bench.py": ((), "| same-size copy before / after |"),
     "sandbox_startup.py": (("--rounds", "1"), "sandbox adds"),
     "throughput.py": (("--out", "{tmp}/throughput.json", "--workdir", "{tmp}/work"), "(c)"),
 }
