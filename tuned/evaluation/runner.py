@@ -63,9 +63,10 @@ _GRAPHS_PER_CASE = 32
 #: A call of more repetitions than this, a multiple of it (the judge sizes timed calls so),
 #: replays one graph of ``GRAPH_UNIT`` calls ``reps / GRAPH_UNIT`` times back to back: the
 #: capture runs the launcher's Python once per captured call, and a short kernel's timed
-#: length is hundreds of calls (on the H200, capturing was the largest part of Liger's
-#: RMSNorm benchmark phase: 0.17 s per candidate, against 0.12 s of timed rounds). A graph
-#: of 64 calls of a 2 us kernel lasts 128 us, against a few microseconds to launch the next.
+#: length is hundreds of calls (on the H200, the capture calls were the largest part of
+#: Liger's RMSNorm benchmark phase, 0.17 s per candidate against 0.12 s of timed rounds; how
+#: much of it was the launcher's Python is not measured). A graph of 64 calls of a 2 us
+#: kernel lasts 128 us, against a few microseconds to launch the next.
 GRAPH_UNIT = 64
 
 
