@@ -1,7 +1,7 @@
 """A/A test of the acceptance rule on a GPU: identical code timed as if it were a new candidate.
 
     python bench/aa_gpu.py [--registry examples/registry] [--comparisons 35] [--seed 0]
-                           [--out aa_gpu.json]
+                           [--out aa_gpu.json] [--small] [--busy 15]
 
 For every example kernel, a copy of the original (the same source plus a comment, so it is
 imported and launched as a distinct module, the way a new candidate is) is compared with the
@@ -16,16 +16,25 @@ It prints, per kernel, the comparisons, first-stage passes, false acceptances, t
 coefficient of variation of the samples within one measurement (median over cases and
 comparisons) and of the medians across comparisons, and writes everything as JSON to
 ``--out``. Only meaningful on a GPU (the worker's interpreter timings are not GPU results).
+
+``--small`` times each kernel at its smallest shape of at least 4096 elements (launch-bound,
+a few microseconds); ``--busy N`` runs the comparisons again beside N CPU-spinning processes
+(the compile pool's size: what host load does to the judge's figures) and prints, per case,
+the original's median time idle and busy and their ratio, with each condition's false
+accepts.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import datetime
 import json
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +43,7 @@ import numpy as np
 if __package__ in (None, ""):  # python bench/x.py: the checkout on the path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.aa_busy import busy_cpu
 from bench.harness import ROOT, bench_parser, interpreter_for_smoke
 from profilers.timing import TimingSettings
 from tuned.acceptance import AcceptanceSettings, decide, speedup_interval
@@ -54,9 +64,25 @@ def _cv(values: list[float]) -> float:
     return statistics.pstdev(values) / statistics.mean(values) if len(values) > 1 else 0.0
 
 
+def small_shapes(spec: Any) -> Any:
+    """``spec`` timed at its smallest declared shape of at least 4096 elements alone (a
+    launch-bound call of a few microseconds on an H100 or H200: what host load moves)."""
+    fitting = [s for s in spec.shapes if s.size() >= 4096] or list(spec.shapes)
+    small = min(fitting, key=lambda s: s.size())
+    shapes = tuple(dataclasses.replace(s, perf=s is small) for s in spec.shapes)
+    return dataclasses.replace(spec, shapes=shapes)
+
+
 def run_kernel(
-    spec: Any, comparisons: int, seed: int, workdir: Path, device: str = "cuda"
+    spec: Any,
+    comparisons: int,
+    seed: int,
+    workdir: Path,
+    device: str = "cuda",
+    busy: Sequence[int] = (0,),
 ) -> dict[str, Any]:
+    """``comparisons`` A/A comparisons of ``spec`` under each count of CPU-spinning
+    processes in ``busy`` (0: idle), in that order, through one judge."""
     settings = AcceptanceSettings()
     eval_settings = EvaluationSettings(interpreter=device == "cpu")
     options = WorkerClient(workdir=workdir / "unused", settings=eval_settings)._options()
@@ -101,6 +127,7 @@ def run_kernel(
     rows = []
     within_cv: list[float] = []
     medians: dict[str, list[float]] = {c.label: [] for c in timed}
+    by_load: dict[int, dict[str, list[float]]] = {n: {c.label: [] for c in timed} for n in busy}
     candidate = Candidate(
         kernel=spec.name,
         generation=spec.generation,
@@ -117,27 +144,36 @@ def run_kernel(
         provenance=Provenance.ORIGINAL,
         strategy="original",
     )
-    for k in range(comparisons):
+    plan = [(n, k) for n in busy for k in range(comparisons)]
+    load: contextlib.ExitStack | None = None
+    for index, (spinning, k) in enumerate(plan):
+        if k == 0:  # this condition's spinning processes, for its comparisons
+            if load is not None:
+                load.close()
+            load = contextlib.ExitStack()
+            load.enter_context(busy_cpu(spinning))
         samples: dict[str, list[float]] = {}
         incumbent: dict[str, list[float]] = {}
         for case in timed:
             mine, theirs, _ = timing.time_case(case, target_copy, target_orig, inputs_of)
             samples[case.label], incumbent[case.label] = mine, theirs
             within_cv.extend([_cv(mine), _cv(theirs)])
-            medians[case.label].append(statistics.median(theirs))
-        rng = np.random.default_rng([seed, k])
+            if spinning == busy[0]:  # the spread across measurements: the first condition's
+                medians[case.label].append(statistics.median(theirs))
+            by_load[spinning][case.label].append(statistics.median(theirs))
+        rng = np.random.default_rng([seed, index])  # distinct across conditions
         first = speedup_interval(samples, incumbent, rng, settings)
         status = decide(first, settings)
         second = None
         if status == "remeasure":
-            fresh_dir = workdir / f"fresh_{spec.name}_{k}"
+            fresh_dir = workdir / f"fresh_{spec.name}_{index}"
             with WorkerClient(workdir=fresh_dir, settings=eval_settings) as fresh:
                 again = fresh.evaluate(spec, candidate, baseline)
             if again.outcome is Outcome.OK:
                 second = speedup_interval(
                     again.metadata["samples"],
                     again.metadata["incumbent_samples"],
-                    np.random.default_rng([seed, k, 1]),
+                    np.random.default_rng([seed, index, 1]),
                     settings,
                 )
                 status = decide(first, settings, second)
@@ -146,20 +182,33 @@ def run_kernel(
         rows.append(
             {
                 "comparison": k,
+                "busy": spinning,
                 "first": first.to_dict(),
                 "second": None if second is None else second.to_dict(),
                 "status": status,
             }
         )
         print(
-            f"  {spec.name} #{k}: speedup {first.speedup:.4f} "
+            f"  {spec.name} #{k} (busy {spinning}): speedup {first.speedup:.4f} "
             f"[{first.low:.4f}, {first.high:.4f}] -> {status}",
             flush=True,
         )
+    if load is not None:
+        load.close()
     across = [_cv(v) for v in medians.values() if len(v) > 1]
     evaluation.discard_runners()
     pool.close()
+    conditions = {
+        n: {
+            "comparisons": sum(1 for r in rows if r["busy"] == n),
+            "false_accepts": sum(1 for r in rows if r["busy"] == n and r["status"] == "accepted"),
+            # The original's time per case: the median over comparisons of each one's median.
+            "median_s": {label: statistics.median(v) for label, v in by_load[n].items() if v},
+        }
+        for n in busy
+    }
     return {
+        "conditions": conditions,
         "kernel": spec.name,
         "timed_cases": [c.label for c in timed],
         "comparisons": rows,
@@ -178,6 +227,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kernels", default="", help="comma-separated subset (all)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--busy",
+        type=int,
+        default=0,
+        help="also compare with this many CPU-spinning processes (the compile pool's size)",
+    )
+    parser.add_argument(
+        "--small",
+        action="store_true",
+        help="time each kernel at its smallest shape of >= 4096 elements (launch-bound)",
+    )
     parser.add_argument(
         "--smoke",
         action="store_true",
@@ -200,12 +260,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     wanted = {k for k in args.kernels.split(",") if k}
     specs = [s for s in scan_registry(args.registry).entries if not wanted or s.name in wanted]
+    if args.small:
+        specs = [small_shapes(s) for s in specs]
+    busy = (0, args.busy) if args.busy > 0 else (0,)
     started = time.monotonic()
     results = []
     with tempfile.TemporaryDirectory(prefix="ktuned-aa-") as tmp:
         for spec in specs:
             print(f"{spec.name}:", flush=True)
-            r = run_kernel(spec, args.comparisons, args.seed, Path(tmp), device)
+            r = run_kernel(spec, args.comparisons, args.seed, Path(tmp), device, busy)
             results.append(r)
             print(  # per kernel as it ends, so a run cut short keeps what it measured
                 f"{spec.name}: {len(r['comparisons'])} comparisons, {r['false_accepts']} false "
@@ -237,6 +300,22 @@ def main(argv: list[str] | None = None) -> int:
         f"| {sum(r['held'] for r in results)} | | |"
     )
     print(f"false-improvement rate: {100 * rate:.2f} % ({false}/{total})")
+    if len(busy) > 1:
+        print(
+            f"\n| kernel | case | idle | busy ({busy[1]} spinning) | busy / idle "
+            "| false accepts idle, busy |"
+        )
+        print("|---|---|---|---|---|---|")
+        for r in results:
+            idle, loaded = r["conditions"][0], r["conditions"][busy[1]]
+            for label, t in idle["median_s"].items():
+                other = loaded["median_s"].get(label)
+                ratio = f"{other / t:.3f}" if other else "-"
+                print(
+                    f"| {r['kernel']} | {label} | {t * 1e6:.2f} us | "
+                    f"{'-' if other is None else f'{other * 1e6:.2f} us'} | {ratio} | "
+                    f"{idle['false_accepts']}, {loaded['false_accepts']} |"
+                )
     if args.out is not None:
         args.out.write_text(json.dumps({"device": name, "results": results}, indent=1))
     return 0

@@ -150,3 +150,58 @@ def test_the_gpu_aa_benchmark_runs_end_to_end_in_the_interpreter(tmp_path: Path)
         for c in result["comparisons"]
     )
     assert result["within_cv_median"] > 0  # real samples were taken
+
+
+def test_the_gpu_aa_benchmark_compares_idle_and_busy_at_a_launch_bound_shape(
+    tmp_path: Path,
+) -> None:
+    """``--small --busy N`` (issue 20's A/A on short kernels while the compile pool is busy):
+    the kernel timed at its smallest shape of >= 4096 elements, once idle and once beside N
+    CPU-spinning processes, each condition's comparisons, false accepts and median reported."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "aa.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "aa_gpu.py"),
+            "--smoke",
+            "--comparisons",
+            "1",
+            "--kernels",
+            "vector_add",
+            "--small",
+            "--busy",
+            "1",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (result,) = json.loads(out.read_text())["results"]
+    assert [c["busy"] for c in result["comparisons"]] == [0, 1]
+    conditions = result["conditions"]
+    assert sorted(conditions) == ["0", "1"]
+    for condition in conditions.values():
+        assert condition["comparisons"] == 1
+        assert sorted(condition["median_s"]) == result["timed_cases"]
+        assert all(t > 0 for t in condition["median_s"].values())
+    assert "| busy / idle |" in proc.stdout
+
+
+def test_the_small_aa_shape_is_the_smallest_of_at_least_4096_elements() -> None:
+    from bench.aa_gpu import small_shapes
+    from tuned.registry import scan_registry
+
+    specs = {s.name: s for s in scan_registry(ROOT / "examples" / "registry").entries}
+    timed = {name: small_shapes(specs[name]).perf_shapes for name in ("vector_add", "softmax")}
+    assert [s.label() for s in timed["vector_add"]] == ["N=4096"]  # not N=7, not 16M
+    assert [s.label() for s in timed["softmax"]] == ["M=3xN=5001"]  # 15003 elements
+    assert specs["vector_add"].perf_shapes != timed["vector_add"]  # the entry's own: large
