@@ -228,3 +228,27 @@ def test_a_timed_length_past_the_graph_unit_is_a_multiple_of_it() -> None:
     assert timed and all(n > GRAPH_UNIT and n % GRAPH_UNIT == 0 for n in timed), timed
     # 10 ms rounds: 500 calls of 20 us, 333 of 30 us, to the nearest whole graph.
     assert timed == {8 * GRAPH_UNIT, 5 * GRAPH_UNIT}
+
+
+def test_a_launch_bound_kernels_timed_call_holds_its_rounds_kernel_time() -> None:
+    # A 1 us kernel at the judge's settings: 1,000 repetitions (the old cap) were 1 ms of
+    # kernel time per call, under the ~1 ms fixed cost whose jitter every sample carries (on
+    # the H200 the same code measured from 0.12x to 1.46x of itself). The cap now leaves
+    # the round's 5 ms of kernel time in each call, in whole graphs.
+    from tuned.evaluation.runner import GRAPH_UNIT
+    from tuned.evaluation.settings import JUDGE_TIMING
+
+    class _Tiny(_Scripted):
+        def timed_call(self, target: Any, case: Case, pristine: Any, poison: Any, **kw: Any) -> Any:
+            reps = int(kw["reps"])
+            self.calls.append((target.slot, reps))
+            return ((pristine[0] * 2,) if kw.get("read") else ()), _FIXED + reps * 1e-6
+
+    scripted = _Tiny("incumbent-tiny")
+    timing = JudgedTiming(scripted, JUDGE_TIMING)  # type: ignore[arg-type]
+    candidate, incumbent = SimpleNamespace(slot="candidate"), SimpleNamespace(slot="incumbent")
+    case = Case({"N": 64}, "float32", 0, True)
+    timing.time_case(case, candidate, incumbent, lambda c: [torch.full((64,), float(c.seed))])
+    round_s = JUDGE_TIMING.target_ms / 1e3 / JUDGE_TIMING.graph_rounds
+    timed = {n for _, n in scripted.calls if n not in (2, 12)}
+    assert timed == {round(round_s / 1e-6 / GRAPH_UNIT) * GRAPH_UNIT}, timed  # 4992, not 960
