@@ -20,10 +20,10 @@ __all__ = ["JUDGE_TIMING", "PHASES", "REFEREE_TIMING", "EvaluationSettings"]
 #: Repetitions per timed call are capped at 10,000, not the 1,000 of direct timing
 #: (:mod:`profilers.timing`): a call costs the judge a fixed ~1 ms (the request, checks,
 #: copies) whose jitter is taken off every sample, and a 1 us kernel's 1,000 repetitions
-#: were 1 ms of kernel time, not the round's 5: in A/A comparisons of 1-5 us kernels on the
-#: H200 (bench/aa_gpu.py --small) the same code measured from 0.12x to 1.46x of itself. A
-#: call past 64 repetitions replays one graph of 64 calls (tuned.evaluation.runner), so a
-#: longer call costs no longer capture.
+#: were 1 ms of kernel time, not the round's 5 (in A/A comparisons of 1-5 us kernels on the
+#: H200, bench/aa_gpu.py --small, the same code measured from 0.12x to 1.46x of itself at
+#: the old cap; the new one is not yet measured there). A call past 64 repetitions replays
+#: one graph of 64 calls (tuned.evaluation.runner), so a longer call costs no longer capture.
 JUDGE_MAX_REPS = 10_000
 JUDGE_TIMING = TimingSettings(target_ms=50.0, max_reps=JUDGE_MAX_REPS)
 #: How the referee (and a campaign's settling) times: 200 ms of kernel time per target and
