@@ -159,11 +159,13 @@ class CampaignPipeline:
         The baseline, and anything a batch cannot give, goes through :meth:`Campaign.step`.
         """
         queue = self._queue(campaign)
-        if self._deadline is not None and time.monotonic() >= self._deadline:
+        if self._past_deadline():
             # --time-limit: nothing queued starts, compiled or not (on the H200 the queued
             # candidates of six Liger entries ran 80 s past a 220 s limit, one compiling for
-            # 17 s in the worker); the campaign ends as its own deadline says.
+            # 17 s in the worker), nothing more is compiled; the campaign ends as its own
+            # deadline says.
             queue.clear()
+            return campaign.step()
         self._fill(campaign, queue, evaluating=None)
         if not queue:
             self._speculate_first(campaign)
@@ -265,12 +267,16 @@ class CampaignPipeline:
         """Whether :meth:`step` would start on the GPU at once: a candidate is compiled (the
         first proposed, ``in_order``), or nothing is in flight (the baseline, an evaluation
         without the pool, or the end)."""
-        if self._deadline is not None and time.monotonic() >= self._deadline:
-            return True  # past run_all's deadline its next step ends it: no compile to wait for
+        if self._past_deadline():
+            return True  # its next step ends it: no compile to wait for
         queue = self._queue(campaign)
         self._fill(campaign, queue, evaluating=None)
         items = list(queue)[:1] if self.settings.in_order else list(queue)
         return not items or any(i.future.done() for i in items)
+
+    def _past_deadline(self) -> bool:
+        """Whether :meth:`run_all`'s deadline (``ktuned tune --time-limit``) has passed."""
+        return self._deadline is not None and time.monotonic() >= self._deadline
 
     def forget(self, kernel: str) -> None:
         """Drop a kernel's candidates in flight (its entry changed or left the registry);

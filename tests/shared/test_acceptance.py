@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -114,9 +115,9 @@ def test_aa_replay_on_recorded_noise_accepts_almost_no_false_improvement() -> No
     assert aa.accept_rate(runs, 60, 0.10, rng, settings) > 0.9  # and real gains get through
 
 
-def test_the_gpu_aa_benchmark_runs_end_to_end_in_the_interpreter(tmp_path: Path) -> None:
-    """bench/aa_gpu.py's --smoke mode goes through the same worker timing path and acceptance
-    rule as on the GPU (interpreter timings, figures meaningless): the script must not rot."""
+def _aa_smoke(tmp_path: Path, *args: str) -> tuple[Any, dict[str, Any]]:
+    """bench/aa_gpu.py --smoke on vector_add with ``args``: the process and its JSON's one
+    result."""
     import json
     import os
     import subprocess
@@ -127,13 +128,7 @@ def test_the_gpu_aa_benchmark_runs_end_to_end_in_the_interpreter(tmp_path: Path)
         [
             sys.executable,
             str(ROOT / "bench" / "aa_gpu.py"),
-            "--smoke",
-            "--comparisons",
-            "2",
-            "--kernels",
-            "vector_add",
-            "--out",
-            str(out),
+            *("--smoke", "--kernels", "vector_add", *args, "--out", str(out)),
         ],
         capture_output=True,
         text=True,
@@ -141,8 +136,15 @@ def test_the_gpu_aa_benchmark_runs_end_to_end_in_the_interpreter(tmp_path: Path)
         env={**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)},
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "false-improvement rate" in proc.stdout
     (result,) = json.loads(out.read_text())["results"]
+    return proc, result
+
+
+def test_the_gpu_aa_benchmark_runs_end_to_end_in_the_interpreter(tmp_path: Path) -> None:
+    """bench/aa_gpu.py's --smoke mode goes through the same worker timing path and acceptance
+    rule as on the GPU (interpreter timings, figures meaningless): the script must not rot."""
+    proc, result = _aa_smoke(tmp_path, "--comparisons", "2")
+    assert "false-improvement rate" in proc.stdout
     assert result["kernel"] == "vector_add" and len(result["comparisons"]) == 2
     assert all(
         c["status"] in ("not_significant", "remeasure", "accepted", "not_confirmed", "held")
@@ -158,34 +160,7 @@ def test_the_gpu_aa_benchmark_compares_idle_and_busy_at_a_launch_bound_shape(
     """``--small --busy N`` (issue 20's A/A on short kernels while the compile pool is busy):
     the kernel timed at its smallest shape of >= 4096 elements, once idle and once beside N
     CPU-spinning processes, each condition's comparisons, false accepts and median reported."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    out = tmp_path / "aa.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "bench" / "aa_gpu.py"),
-            "--smoke",
-            "--comparisons",
-            "1",
-            "--kernels",
-            "vector_add",
-            "--small",
-            "--busy",
-            "1",
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env={**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)},
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    (result,) = json.loads(out.read_text())["results"]
+    proc, result = _aa_smoke(tmp_path, "--comparisons", "1", "--small", "--busy", "1")
     assert [c["busy"] for c in result["comparisons"]] == [0, 1]
     conditions = result["conditions"]
     assert sorted(conditions) == ["0", "1"]
