@@ -454,6 +454,7 @@ class HierarchicalPolicy:
             self._log = log
             groups = knob_groups(space, dict(self.settings.knob_groups))
             self._groups = [log.index.movable(names) for names in groups.values()]
+            self._proposer.set_knob_groups(self._groups)
             self._strategy_knobs = []
             for strategy in STRATEGIES:
                 if strategy.name in self.settings.strategies:

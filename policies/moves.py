@@ -37,6 +37,18 @@ neighbours vouch for best, a local (graph) regression of the latency::
 (``z ~ y``: one step apart; ties, e.g. no evidence, are broken at random). Failures so
 teach where the space is invalid: options next to failed configurations are pushed back,
 and invalid regions (too many threads, too much shared memory) are contiguous in knob space.
+
+*Twin shadowing* (``twin_tolerance``, issue 24): a parent ``p`` with an evaluated *twin*
+``q``, a configuration that differs from it in one knob ``k`` and ran within
+``twin_tolerance`` of its time (``k`` is inert there: ``use_padding`` without shared memory,
+a stride no access pattern feels), gets no move that ``q``'s neighbourhood has already
+answered: a move of ``p`` that changes only knobs of other groups than ``k``'s is skipped
+when the same move of ``q`` (the move's configuration with ``k`` as in ``q``) was evaluated.
+Within ``k``'s own group the twin says nothing (``read_only`` is inert with shared memory
+and not without it), so those moves stay. Best-first expansion otherwise walks the whole
+neighbourhood of every twin on a plateau, measuring each answer twice. Knob groups come
+from the policy (:meth:`NeighbourProposer.set_knob_groups`); without them nothing is
+shadowed.
 """
 
 from __future__ import annotations
@@ -74,6 +86,9 @@ class MoveSettings:
     #: Successful evaluations needed on each side (powers of two, other values) of a knob
     #: before its powers of two are tried from the incumbent.
     powers_of_two_min_evidence: int = 3
+    #: Twin shadowing: a parent's evaluated one-knob neighbour that ran within this
+    #: log-latency of it is its twin (0: off). See the module docstring.
+    twin_tolerance: float = 0.01
 
     def __post_init__(self) -> None:
         if self.scale_prob + self.two_knob_prob + self.jump_prob > 1:
@@ -84,6 +99,8 @@ class MoveSettings:
                 raise ValueError(f"{name} must be in [0, 1], got {value}")
         if self.failure_penalty < 0:
             raise ValueError(f"failure_penalty must be >= 0, got {self.failure_penalty}")
+        if self.twin_tolerance < 0:
+            raise ValueError(f"twin_tolerance must be >= 0, got {self.twin_tolerance}")
         if self.powers_of_two_min_evidence < 1:
             raise ValueError(
                 f"powers_of_two_min_evidence must be >= 1, got {self.powers_of_two_min_evidence}"
@@ -109,6 +126,19 @@ class NeighbourProposer:
         self._pow2_read = 0
         #: Knob -> [sum ln t, count] over powers of two, then over the other values.
         self._pow2_stats: dict[int, list[float]] = {}
+        #: Knob position -> its group's number (twin shadowing; empty: no shadowing).
+        self._group_of: dict[int, int] = {}
+        self._group_knobs: list[tuple[int, ...]] = []
+        self._twin_log: TrialLog | None = None
+        self._twin_epoch = 0
+        self._twin_read = 0
+        #: Code -> its evaluated twins as (knob, code delta), read from the log so far.
+        self._twins: dict[int, list[tuple[int, int]]] = {}
+
+    def set_knob_groups(self, groups: Sequence[Sequence[int]]) -> None:
+        """The knob groups (positions) of the space: twins shadow moves across groups."""
+        self._group_of = {j: g for g, knobs in enumerate(groups) for j in knobs}
+        self._group_knobs = [tuple(knobs) for knobs in groups]
 
     # -- the full chain ---------------------------------------------------------------------
 
@@ -168,15 +198,19 @@ class NeighbourProposer:
         """The free one-step neighbour within ``knobs`` its evaluated neighbours vouch for
         best; ``None`` if none is free."""
         index = log.index
-        options = [c for c in index.adjacent(parent, knobs) if log.is_free(c, pending)]
+        twins = self._twins_of(log, parent)
+
+        def free(codes: list[int]) -> list[int]:
+            out = [c for c in codes if log.is_free(c, pending)]
+            return self._unshadowed(log, parent, out, twins) if twins and out else out
+
+        options = free(index.adjacent(parent, knobs))
         if not options and self._swaps_from(log, parent):
-            options = [c for c in index.swapped(parent, knobs) if log.is_free(c, pending)]
+            options = free(index.swapped(parent, knobs))
             if not options and self.settings.any_value_from_incumbent:
-                short = self._short(index, knobs)
-                options = [c for c in index.hamming(parent, short) if log.is_free(c, pending)]
+                options = free(index.hamming(parent, self._short(index, knobs)))
             if not options and self.settings.powers_of_two_from_incumbent:
-                pow2 = index.powers_of_two(parent, self._pow2_knobs(log, knobs))
-                options = [c for c in pow2 if log.is_free(c, pending)]
+                options = free(index.powers_of_two(parent, self._pow2_knobs(log, knobs)))
         if not options:
             return None
         return Move(self.best(log, options, rng), "neighbour")
@@ -198,7 +232,9 @@ class NeighbourProposer:
         return Move(self.best(log, options, rng), "hamming")
 
     def steps(self, log: TrialLog, parent: int, knobs: Sequence[int]) -> list[int]:
-        """Every configuration :meth:`neighbour` may move ``parent`` to, free or not."""
+        """Every configuration :meth:`neighbour` may move ``parent`` to, free or not
+        (shadowed moves left out: a parent whose other moves are all evaluated is exhausted;
+        shadows only grow with the log, so it stays exhausted)."""
         index = log.index
         out = index.adjacent(parent, knobs)
         if self._swaps_from(log, parent):
@@ -207,6 +243,66 @@ class NeighbourProposer:
                 out += index.hamming(parent, self._short(index, knobs))
             if self.settings.powers_of_two_from_incumbent:
                 out += index.powers_of_two(parent, self._pow2_knobs(log, knobs))
+        twins = self._twins_of(log, parent)
+        return self._unshadowed(log, parent, out, twins) if twins else out
+
+    def _twins_of(self, log: TrialLog, parent: int) -> list[tuple[int, int]]:
+        """``parent``'s evaluated twins as (knob, code delta from ``parent``): its one-knob
+        (any value) neighbours that ran within ``twin_tolerance`` of it in log-latency.
+
+        Read incrementally: each new successful code is compared once with its evaluated
+        one-knob neighbours (O(sum of list lengths)), registering the pair both ways.
+        """
+        tolerance = self.settings.twin_tolerance
+        if tolerance <= 0 or not self._group_of:
+            return []
+        if self._twin_log is not log or self._twin_epoch != log.epoch:
+            self._twin_log, self._twin_epoch, self._twin_read = log, log.epoch, 0
+            self._twins = {}
+        if self._twin_read < len(log.codes):
+            index = log.index
+            times = log.times
+            for code in log.codes[self._twin_read :]:
+                t = times.get(code)
+                if t is None:
+                    continue
+                lt = math.log(t)
+                for j in self._group_of:
+                    stride, card = index.strides[j], index.cards[j]
+                    digit = (code // stride) % card
+                    base = code - digit * stride
+                    for d in range(card):
+                        other = times.get(base + d * stride) if d != digit else None
+                        if other is not None and abs(math.log(other) - lt) <= tolerance:
+                            delta = (d - digit) * stride
+                            self._twins.setdefault(code, []).append((j, delta))
+                            self._twins.setdefault(code + delta, []).append((j, -delta))
+            self._twin_read = len(log.codes)
+        return self._twins.get(parent, [])
+
+    def _unshadowed(
+        self, log: TrialLog, parent: int, codes: list[int], twins: list[tuple[int, int]]
+    ) -> list[int]:
+        """``codes`` (moves of ``parent``) less those a twin of ``parent`` has answered:
+        the move's image with the twin's value of its knob was evaluated, and the move
+        changes no knob of that knob's group."""
+        index = log.index
+        seen = log.seen
+        strides, cards = index.strides, index.cards
+        out = []
+        for c in codes:
+            shadowed = False
+            for j, delta in twins:
+                if c + delta not in seen:
+                    continue
+                if all(
+                    (c // strides[k]) % cards[k] == (parent // strides[k]) % cards[k]
+                    for k in self._group_knobs[self._group_of[j]]
+                ):
+                    shadowed = True
+                    break
+            if not shadowed:
+                out.append(c)
         return out
 
     def _short(self, index: SpaceIndex, knobs: Sequence[int]) -> list[int]:
