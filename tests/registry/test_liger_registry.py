@@ -161,9 +161,10 @@ def test_the_liger_benchmark_runs_in_smoke_mode(tmp_path: Path) -> None:
     assert "interpreter times (CPU), not GPU results" in out
     rows = [line for line in out.splitlines() if line.startswith("| liger-")]
     assert {row.split("|")[1].strip() for row in rows} == {"liger-softmax", "liger-rope-fwd-bwd"}
-    for row in rows:  # every measured row has both times, a speedup and the eager time
+    for row in rows:  # every measured row: both times, a speedup, both ceilings, eager
         cells = [c.strip() for c in row.split("|")[1:-1]]
-        assert cells[2] == "yes" and cells[6].endswith("x") and cells[9].endswith("s"), row
+        assert cells[2] == "yes" and cells[6].endswith("x") and cells[10].endswith("s"), row
+        assert cells[7].endswith("%") and cells[9].count("%") == 2, row  # the same-size copy
     assert "registered unchanged: 26/26 (100%)" in out
     assert "geomean tuned speedup over shipped (2 entry x shape)" in out
     assert "budget: 1 candidates per entry x 2 entries tuned" in out
