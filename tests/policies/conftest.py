@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -119,3 +121,23 @@ class Loop:
 def policy_name(request: pytest.FixtureRequest) -> str:
     name: str = request.param
     return name
+
+
+def fractions_at(
+    fixture: Path, budget: int, seeds: Iterable[int], settings: Any = None
+) -> list[float]:
+    """Per seed, the fraction of the optimum after ``budget`` evaluations on the recorded
+    space ``fixture`` (bench/search_replay.py's replay): of the default policy, or of a
+    :class:`~policies.HierarchicalPolicy` with ``settings`` (a switched-off feature)."""
+    from bench import search_replay
+    from policies import DEFAULT_POLICY, HierarchicalPolicy
+
+    space = search_replay.RecordedSpace(fixture)
+    if settings is None:
+        return [search_replay.replay(space, DEFAULT_POLICY, s, budgets=(budget,))[0] for s in seeds]
+    return [
+        search_replay.replay(
+            space, "p", s, budgets=(budget,), policy=HierarchicalPolicy(settings=settings)
+        )[0]
+        for s in seeds
+    ]
