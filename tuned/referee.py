@@ -3,10 +3,10 @@
 A claim is what ktuned displays or ships for a kernel on this device: the best's speedup over
 the original (``ktuned status``, ``best``, the metrics, the report, the export manifest), and,
 per timed shape, the variant ``tuned.runtime.load`` dispatches there with its speedup. The
-referee re-measures each candidate behind a claim in a fresh worker process (the evaluation
-worker: correctness on every case, then the judge's timing interleaved with the original,
-exactly as the campaign's, :mod:`tuned.evaluation.timing_judge`), one candidate at a time, and
-compares:
+referee re-measures each candidate behind a claim in a worker process started fresh for the
+kernel (the evaluation worker: correctness on every case, then the judge's timing interleaved
+with the original, exactly as the campaign's, :mod:`tuned.evaluation.timing_judge`), one
+candidate at a time, and compares:
 
 - per kernel: the claimed speedup against the measured one (the acceptance rule's statistic,
   the geometric mean over timed cases of the ratio of medians); they *agree* when within
@@ -173,8 +173,8 @@ def _measure(
     derived_skip: Sequence[str],
     seed: int,
 ) -> tuple[dict[str, Any] | None, str]:
-    """One side-by-side measurement in a fresh worker, stored; its record (``None``: failed)."""
-    client.fresh()
+    """One side-by-side measurement in ``client``'s worker, stored; its record (``None``:
+    failed)."""
     result = client.evaluate(spec, candidate, original, derived_skip=derived_skip)
     if result.outcome is not Outcome.OK:
         return None, f"{result.outcome.value}: {result.reason}"
@@ -247,6 +247,12 @@ def referee(
                 report.skipped[name] = "the original has no stored candidate"
                 continue
             records: dict[str, tuple[dict[str, Any] | None, str]] = {}
+            # One fresh worker per kernel, not per claimed candidate: its cases and the
+            # original's calibration serve every claim of the kernel (each candidate still
+            # runs in a runner of its own). On the H200 the example registry's settling took
+            # 94 s for 11 candidates, most of it starting workers and making their cases.
+            if claims:
+                client.fresh()
             for i, claim in enumerate(claims):
                 if claim.candidate_id not in records:
                     candidate = store.candidate(claim.candidate_id, plan.generation)

@@ -141,3 +141,70 @@ def test_the_referee_times_longer_than_a_campaign(
     assert settings.timing == REFEREE_TIMING
     assert REFEREE_TIMING.target_ms >= 4 * JUDGE_TIMING.target_ms
     assert REFEREE_TIMING.graph_rounds > JUDGE_TIMING.graph_rounds
+
+
+def test_a_kernels_claims_share_one_fresh_worker(
+    tmp_path: Path, write_entry: WriteEntry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Settling on the H200 took 94 s for the example registry's 11 claimed candidates, most
+    # of it in a fresh worker per candidate: one fresh worker per kernel measures them all.
+    import tuned.referee
+    from tuned.evaluation.client import EvaluationSettings
+    from tuned.outcomes import EvalResult
+
+    state, _, _ = _tuned_add(tmp_path, write_entry)
+    store = SqliteStore(state / "ktuned.sqlite")
+    kernel = store.kernel("add")
+    assert kernel is not None
+    fid = store.best("add").fingerprint  # type: ignore[union-attr]
+    others = [
+        t.candidate_id
+        for t in store.trials("add", kernel.generation, fid)
+        if t.provenance is not Provenance.ORIGINAL and t.result.outcome is Outcome.OK
+    ]
+    assert len(set(others)) >= 2, "the budget-2 tune evaluated two candidates"
+    first, second = sorted(set(others))[:2]
+    calls: list[str] = []
+
+    class Client:
+        def __init__(self, *, workdir: Path, settings: EvaluationSettings) -> None:
+            pass
+
+        def __enter__(self) -> Client:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def start(self) -> dict[str, object]:
+            return dict(store.fingerprint(fid))
+
+        def fresh(self) -> None:
+            calls.append("fresh")
+
+        def evaluate(
+            self, spec: object, candidate: object, original: object, **kw: object
+        ) -> EvalResult:
+            calls.append(f"evaluate {candidate.id}")  # type: ignore[attr-defined]
+            return EvalResult(
+                Outcome.OK,
+                metadata={
+                    "samples": {"N=8": [1.0, 1.1, 0.9]},
+                    "incumbent_samples": {"N=8": [2.0, 2.1, 1.9]},
+                },
+            )
+
+    claims = [
+        tuned.referee.Claim("add", first, None, 2.0),
+        tuned.referee.Claim("add", second, "N=8", 2.0),
+    ]
+    monkeypatch.setattr(tuned.referee, "WorkerClient", Client)
+    monkeypatch.setattr(tuned.referee, "_claims", lambda plan, name: claims)
+    try:
+        report = tuned.referee.referee(
+            store, evaluation=EvaluationSettings(interpreter=True), workdir=tmp_path / "w"
+        )
+    finally:
+        store.close()
+    assert calls == ["fresh", f"evaluate {first}", f"evaluate {second}"]
+    assert [round(c.measured or 0, 2) for c in report.claims] == [2.0, 2.0]
