@@ -186,6 +186,9 @@ def run_kernel(
                 "first": first.to_dict(),
                 "second": None if second is None else second.to_dict(),
                 "status": status,
+                # Each case's samples (seconds per call), candidate and original: where a
+                # comparison's interval comes from.
+                "samples": {c: {"copy": samples[c], "original": incumbent[c]} for c in samples},
             }
         )
         print(

@@ -152,6 +152,9 @@ def test_the_gpu_aa_benchmark_runs_end_to_end_in_the_interpreter(tmp_path: Path)
         for c in result["comparisons"]
     )
     assert result["within_cv_median"] > 0  # real samples were taken
+    for c in result["comparisons"]:  # and each comparison keeps them, per case and side
+        assert sorted(c["samples"]) == result["timed_cases"]
+        assert all(len(s["copy"]) >= 2 and len(s["original"]) >= 2 for s in c["samples"].values())
 
 
 def test_the_gpu_aa_benchmark_compares_idle_and_busy_at_a_launch_bound_shape(
