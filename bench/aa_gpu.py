@@ -154,8 +154,10 @@ def run_kernel(
             load.enter_context(busy_cpu(spinning))
         samples: dict[str, list[float]] = {}
         incumbent: dict[str, list[float]] = {}
+        reps: dict[str, list[int]] = {}
         for case in timed:
             mine, theirs, _ = timing.time_case(case, target_copy, target_orig, inputs_of)
+            reps[case.label] = list(timing.last_reps)
             samples[case.label], incumbent[case.label] = mine, theirs
             within_cv.extend([_cv(mine), _cv(theirs)])
             if spinning == busy[0]:  # the spread across measurements: the first condition's
@@ -188,7 +190,11 @@ def run_kernel(
                 "status": status,
                 # Each case's samples (seconds per call), candidate and original: where a
                 # comparison's interval comes from.
-                "samples": {c: {"copy": samples[c], "original": incumbent[c]} for c in samples},
+                # and the repetitions per timed call of each (copy, original).
+                "samples": {
+                    c: {"copy": samples[c], "original": incumbent[c], "reps": reps[c]}
+                    for c in samples
+                },
             }
         )
         print(

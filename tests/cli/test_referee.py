@@ -147,7 +147,8 @@ def test_a_kernels_claims_share_one_fresh_worker(
     tmp_path: Path, write_entry: WriteEntry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Settling on the H200 took 94 s for the example registry's 11 claimed candidates, most
-    # of it in a fresh worker per candidate: one fresh worker per kernel measures them all.
+    # of it in a fresh worker per candidate making its cases: one fresh worker per kernel
+    # measures them all, in a spare asked to make the kernel's cases ahead.
     import tuned.referee
     from tuned.evaluation.client import EvaluationSettings
     from tuned.outcomes import EvalResult
@@ -182,6 +183,9 @@ def test_a_kernels_claims_share_one_fresh_worker(
         def fresh(self) -> None:
             calls.append("fresh")
 
+        def prepare_ahead(self, spec: object) -> None:
+            calls.append(f"prepare {spec.name}")  # type: ignore[attr-defined]
+
         def evaluate(
             self, spec: object, candidate: object, original: object, **kw: object
         ) -> EvalResult:
@@ -206,5 +210,6 @@ def test_a_kernels_claims_share_one_fresh_worker(
         )
     finally:
         store.close()
-    assert calls == ["fresh", f"evaluate {first}", f"evaluate {second}"]
+    # The spares make the kernel's cases before its fresh worker takes over.
+    assert calls == ["prepare add", "fresh", f"evaluate {first}", f"evaluate {second}"]
     assert [round(c.measured or 0, 2) for c in report.claims] == [2.0, 2.0]

@@ -155,6 +155,7 @@ def test_the_gpu_aa_benchmark_runs_end_to_end_in_the_interpreter(tmp_path: Path)
     for c in result["comparisons"]:  # and each comparison keeps them, per case and side
         assert sorted(c["samples"]) == result["timed_cases"]
         assert all(len(s["copy"]) >= 2 and len(s["original"]) >= 2 for s in c["samples"].values())
+        assert all(len(s["reps"]) == 2 and min(s["reps"]) >= 1 for s in c["samples"].values())
 
 
 def test_the_gpu_aa_benchmark_compares_idle_and_busy_at_a_launch_bound_shape(

@@ -64,6 +64,8 @@ class JudgedTiming:
         self.settings = settings
         self.gpu = evaluation.device == "cuda"
         self._rng = random.SystemRandom()
+        #: Repetitions per timed call of each target (candidate first) in the last case timed.
+        self.last_reps: list[int] = []
 
     def time_case(
         self,
@@ -121,7 +123,7 @@ class JudgedTiming:
                     if fresh
                     else self._incumbent_calibration(incumbent, case, cases[0], sets[0])
                 )
-        reps = [r for r, _ in calibrated]
+        reps = self.last_reps = [r for r, _ in calibrated]
         if self.gpu:  # each target's graph of its timed length captured now, not in round 1
             with ev.part("capture"):
                 for target, n in zip(targets, reps):
