@@ -4,7 +4,8 @@ The runner (untrusted) only runs ``reps`` calls and synchronizes before it answe
 times the round trip with its own ``time.perf_counter`` and takes off what every call costs
 besides the repetitions (:meth:`JudgedTiming._calibrate`: the empty round trip in the
 interpreter; on a GPU, the fixed part of a straight line through calls of 2 and 12
-repetitions, which also holds the runner's checks and the copy of its outputs). A patched
+repetitions, the longer call made 8x longer while the two differ by less than the host's
+noise, which also holds the runner's checks and the copy of its outputs). A patched
 clock, a fake CUDA event or an invented sample inside the runner changes nothing the judge
 reads.
 
@@ -51,6 +52,12 @@ __all__ = ["JudgedTiming"]
 _SHORT, _LONG = 2, 12  # repetitions of the calibration calls (the slope between them)
 _PAIRS = 3
 _LONG_KERNEL_S = 1e-3  # a repetition this long: one calibration pair
+#: The long calibration call must outlast the short one by this much, else it is made longer:
+#: the host's jitter on a round trip is up to ~0.2 ms on the H200, and a 1 us kernel's 10
+#: repetitions more were 10 us of it (its repetitions came out 256 to 2,240 where 4,992 were
+#: due, and a constant cost of timed calls that the calibration does not see, ~0.5 ms,
+#: made the code look up to 3x slower than itself in A/A comparisons).
+_SIGNAL_S = 0.5e-3
 _SETS_BYTES = 2 << 30  # at most this much input across a case's timed sets
 _CHECK_SHARE = 1 / 3
 #: Incumbents' calibrations kept per judge (see ``_incumbent_calibration``), at most this many.
@@ -264,16 +271,25 @@ class JudgedTiming:
         ev = self.evaluation
         if not self.gpu:
             return 1, target.runner.overhead()
-        for n in (_SHORT, _LONG):  # compile, capture a graph of each length, warm up
+        longer = _LONG
+        for n in (_SHORT, longer):  # compile, capture a graph of each length, warm up
             ev.timed_call(target, case, inputs, None, reps=n, stable=True, read=False)
         slopes: list[float] = []
         bases: list[float] = []
-        for _ in range(_PAIRS):
+        while len(slopes) < _PAIRS:
             _, short = ev.timed_call(
                 target, case, inputs, None, reps=_SHORT, stable=True, read=False
             )
-            _, long = ev.timed_call(target, case, inputs, None, reps=_LONG, stable=True, read=False)
-            per = max((long - short) / (_LONG - _SHORT), 1e-7)
+            _, long = ev.timed_call(
+                target, case, inputs, None, reps=longer, stable=True, read=False
+            )
+            if long - short < _SIGNAL_S and longer < self._most_reps:
+                # The difference is the host's noise: a longer call (8x, in whole graphs
+                # past GRAPH_UNIT), warmed up, and the pair again.
+                longer = min(self._whole_graphs(8 * longer), self._most_reps)
+                ev.timed_call(target, case, inputs, None, reps=longer, stable=True, read=False)
+                continue
+            per = max((long - short) / (longer - _SHORT), 1e-7)
             slopes.append(per)
             bases.append(short - _SHORT * per)
             if per > _LONG_KERNEL_S:  # the fixed cost is a small share: one pair will do
@@ -286,6 +302,11 @@ class JudgedTiming:
             whole = max(round(reps / GRAPH_UNIT), -(-self.settings.min_reps // GRAPH_UNIT))
             reps = min(whole * GRAPH_UNIT, self._most_reps)
         return reps, fixed
+
+    @staticmethod
+    def _whole_graphs(reps: int) -> int:
+        """``reps``, past :data:`GRAPH_UNIT` rounded up to a multiple of it."""
+        return reps if reps <= GRAPH_UNIT else -(-reps // GRAPH_UNIT) * GRAPH_UNIT
 
     @property
     def _most_reps(self) -> int:
