@@ -377,6 +377,10 @@ def serve_fds(in_fd: int, out_fd: int, arena_fd: int, workdir: str, writable: st
     import triton  # noqa: F401
 
     device = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
+    if device == "cpu":  # an autotuner with several configs runs its first one
+        from tuned.evaluation.interpreted_autotune import first_config_autotuners
+
+        first_config_autotuners()
     runner = Runner(MappedArena(arena_fd), Path(workdir), Path(writable), device)
     channel.send({"type": "ready", "pid": os.getpid()})
     serve(channel, runner)
