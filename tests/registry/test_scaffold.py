@@ -299,7 +299,8 @@ def test_add_names_inputs_apart_from_make_inputs_own_names() -> None:
     make_inputs = scope["make_inputs"]
     assert callable(make_inputs)
     inputs = make_inputs({"T": 4, "D": 8}, torch.float32, "cpu", 0)
-    assert [tuple(t.shape) for t in inputs] == [(4, 8), (8,), (8,), (4, 8), (4, 8), (8,), (4, 8)]
+    # the gate `g` beside a spelled-out `weight`: of the input's shape, not gamma's
+    assert [tuple(t.shape) for t in inputs] == [(4, 8), (4, 8), (8,), (4, 8), (4, 8), (8,), (4, 8)]
     again = make_inputs({"T": 4, "D": 8}, torch.float32, "cpu", 0)
     for a, b in zip(inputs, again, strict=True):
         torch.testing.assert_close(a, b)

@@ -290,3 +290,22 @@ def test_a_union_with_a_tensor_is_drawn_as_a_tensor_and_other_annotations_asked_
     assert 'in0 = rand(shape["N"])' in lines and 'gate = rand(shape["N"])' in lines, lines
     assert any(line.startswith("bias = ") for line in lines), lines
     assert len(todo) == 1 and todo[0].startswith("config ("), todo
+
+
+def test_a_one_letter_weight_name_beside_a_spelled_out_weight_is_an_input_like_x() -> None:
+    # flash-linear-attention's rms_norm_gated(x, g, weight, bias): `g` is the gate, of x's
+    # shape; drawn 1-D as if it were gamma, the kernel read past it (garbage, 1e37).
+    import inspect
+
+    from tuned.registry.scaffold import infer_inputs
+
+    kinds = inspect.Parameter
+
+    def named(*names: str) -> list[inspect.Parameter]:
+        return [kinds(n, kinds.POSITIONAL_OR_KEYWORD) for n in names]
+
+    lines, _ = infer_inputs(named("x", "g", "weight", "bias"), {"M": 4, "N": 8})
+    assert 'g_ = rand(shape["M"], shape["N"])' in lines, lines  # g_: `g` is the generator
+    assert 'weight = rand(shape["N"])' in lines and 'bias = rand(shape["N"])' in lines, lines
+    alone, _ = infer_inputs(named("x", "g", "b"), {"M": 4, "N": 8})  # gamma and beta
+    assert 'g_ = rand(shape["N"])' in alone and 'b = rand(shape["N"])' in alone, alone

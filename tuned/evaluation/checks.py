@@ -203,7 +203,9 @@ def widened_atol(first: Any, again: Any, atol: float) -> float | tuple[float, ..
                 f"the reference's output {i} differs between two runs on the same inputs by up "
                 f"to {spread:.3g} (its largest magnitude: {scale:.3g}): too far from "
                 "reproducible to check candidates against; declare a deterministic "
-                "`reference:` in kernel.yaml",
+                "`reference:` in kernel.yaml (or, if the launcher is deterministic, check the "
+                "entry's inputs: an input of the wrong shape makes its kernels read past it, "
+                "and garbage differs from run to run)",
             )
         widened.append(max(atol, 2.0 * spread))
     if all(w == atol for w in widened):

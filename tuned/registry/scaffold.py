@@ -51,6 +51,10 @@ __all__ = ["AddedEntry", "add_entry", "infer_inputs", "parse_shape"]
 
 STUB_MARK = "TODO(ktuned registry add)"
 _WEIGHT = re.compile(r"^(w|weight|weights|gamma|beta|bias|b|alpha|scale|shift|g)(_.*)?$", re.I)
+#: One-letter names that are a weight only where the signature has no spelled-out one:
+#: flash-linear-attention's ``rms_norm_gated(x, g, weight, bias)`` takes ``g`` as the gate
+#: (the input's shape), not as gamma; drawn 1-D, the kernel read past it.
+_ALIASES = {"g": ("weight", "weights", "gamma"), "w": ("weight", "weights"), "b": ("bias", "beta")}
 _EPS = re.compile(r"eps|epsilon", re.I)
 #: Parameters that hold indices into the last dimension (class labels, token ids): integers.
 _INDEX = re.compile(
@@ -385,6 +389,12 @@ def _plan_inputs(
     typed = any(_DTYPE.match(p.name) or _is_dtype(p.annotation) for p in params)
     out_dtype = "dtype if dtype.is_floating_point else torch.float32" if typed else "dtype"
     outputs = written_outputs(params)
+    spelled = {p.name.lower() for p in params}
+
+    def weight(name: str) -> bool:  # 1-D of the last dimension (see _ALIASES)
+        aliases = _ALIASES.get(name.lower(), ())
+        return bool(_WEIGHT.match(name)) and not spelled.intersection(aliases)
+
     for p in params:
         if p.kind is p.VAR_POSITIONAL and not names and not lines:
             todo.append(f"*{p.name} (the signature does not say which inputs it takes)")
@@ -426,12 +436,12 @@ def _plan_inputs(
             lines.append(f"{var} = torch.zeros({full}, dtype={out_dtype}, device=device)")
             tensors.add(p.name)
         elif _SCALE.search(p.name):
-            lines.append(f"{var} = frand({last if _WEIGHT.match(p.name) else full}).abs()")
+            lines.append(f"{var} = frand({last if weight(p.name) else full}).abs()")
             tensors.add(p.name)
         elif _SIZE_ARG.search(p.name):
             todo.append(f"{p.name} (an integer size the caller chooses: the value production uses)")
             continue
-        elif _WEIGHT.match(p.name):
+        elif weight(p.name):
             lines.append(f"{var} = rand({last})")
             tensors.add(p.name)
         elif _INDEX.match(p.name):  # one index per row, into the last dimension
