@@ -208,3 +208,54 @@ def test_an_installed_launcher_that_returns_nothing_needs_outputs(
     assert "field 'outputs'" in str(err.value) and "returns nothing" in str(err.value)
     (entry / "kernel.yaml").write_text(yaml.replace("dtypes:", "outputs: [y]\ndtypes:"))
     assert load_entry(entry).name == "fake-copy"
+
+
+def _reexporting_package(site: Path) -> None:
+    """``fakere``: its public names re-exported from the modules that define them, as
+    flash-linear-attention's ``fla.ops.simple_gla.chunk_simple_gla`` is."""
+    _fake_package(site, 128)  # fakeops.kern defines Copy.launch
+    pkg = site / "fakere"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text(
+        "from .sub import launch\nfrom fakeops.kern import Copy as Public\n"
+        "from .loop_a import looped\n\ndef own():\n    return 1\n"
+    )
+    (pkg / "sub" / "__init__.py").write_text("from ..impl import launch\n")
+    (pkg / "impl.py").write_text("from fakeops.kern import Copy\n\nlaunch = Copy.launch\n")
+    (pkg / "loop_a.py").write_text("from .loop_b import looped\n")
+    (pkg / "loop_b.py").write_text("from .loop_a import looped\n")
+
+
+def test_a_re_exported_launcher_is_found_where_it_is_defined(tmp_path: Path) -> None:
+    from tuned.registry.kernel_sources import locate_launcher
+
+    site = tmp_path / "site"
+    site.mkdir()
+    _reexporting_package(site)
+    search = [str(site)]
+    # a package's own definition: its __init__.py (no module file of that name)
+    assert locate_launcher("fakere.own", search)[:2] == ("fakere", "own")  # type: ignore[index]
+    # absolute and aliased: fakere.Public.launch is fakeops.kern's Copy.launch
+    found = locate_launcher("fakere.Public.launch", search)
+    assert found is not None and found[:2] == ("fakeops.kern", "Copy.launch")
+    assert found[2] == site / "fakeops" / "kern.py"
+    # relative, two packages deep, to a module that binds it by assignment: stops there
+    assert locate_launcher("fakere.launch", search)[:2] == ("fakere.impl", "launch")  # type: ignore[index]
+    assert locate_launcher("fakere.loop_a.looped", search) is None  # a cycle ends
+    assert locate_launcher("nosuch.thing", search) is None
+
+
+def test_an_entry_naming_a_re_exported_launcher_gets_its_knobs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    _reexporting_package(site)
+    monkeypatch.syspath_prepend(str(site))
+    entry = _fake_entry(tmp_path)  # as `ktuned registry add fakere.Public.launch` writes it
+    (entry / "kernel.yaml").write_text(
+        (entry / "kernel.yaml").read_text().replace("K.launch", "fakere.Public.launch")
+    )
+    spec = load_entry(entry)
+    assert spec.installed_module == "fakeops.kern" and spec.launcher == "Copy.launch"
+    assert "BLOCK" in spec.knobs or any(k.endswith("num_warps") for k in spec.knobs), spec.knobs

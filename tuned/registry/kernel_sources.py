@@ -237,18 +237,79 @@ def locate_launcher(
     (``liger_kernel.ops.rms_norm.LigerRMSNormFunction.apply`` -> ``liger_kernel.ops.rms_norm``,
     ``LigerRMSNormFunction.apply``, its ``.py`` file), found on the import path without
     importing anything; None when no prefix of ``dotted`` is a module file. The longest
-    module prefix wins. Its source is what :func:`~tuned.registry.discovery.discover_source`
-    and :func:`~tuned.registry.injection.materialize` take, with ``qualname`` as launcher."""
-    parts = dotted.split(".")
+    module prefix wins; a package's prefix is its ``__init__.py``. A name the module only
+    re-exports (``from .chunk import chunk_simple_gla`` in a package's ``__init__``, as
+    flash-linear-attention's public API is) is followed to the module that defines it, a few
+    hops at most. Its source is what :func:`~tuned.registry.discovery.discover_source` and
+    :func:`~tuned.registry.injection.materialize` take, with ``qualname`` as launcher."""
     search = sys.path if search is None else search
+    for _ in range(_REEXPORT_HOPS):
+        found = _module_file(dotted, search)
+        if found is None:
+            return None
+        module, qualname, path = found
+        target = _reexported(path, module, qualname)
+        if target is None:
+            return found
+        dotted = target
+    return None
+
+
+#: Re-exports followed from the dotted path a user gave to the module defining the launcher.
+_REEXPORT_HOPS = 5
+
+
+def _module_file(dotted: str, search: Sequence[str]) -> tuple[str, str, Path] | None:
+    """The longest prefix of ``dotted`` that is a module (``a/b.py``) or a package
+    (``a/b/__init__.py``) on ``search``: (module, the rest, its file)."""
+    parts = dotted.split(".")
     for cut in range(len(parts) - 1, 0, -1):
         rel = "/".join(parts[:cut])
         for entry in search:
             if entry and Path(entry).is_dir():
-                path = Path(entry) / f"{rel}.py"
-                if path.is_file():
-                    return ".".join(parts[:cut]), ".".join(parts[cut:]), path
+                for path in (Path(entry) / f"{rel}.py", Path(entry) / rel / "__init__.py"):
+                    if path.is_file():
+                        return ".".join(parts[:cut]), ".".join(parts[cut:]), path
     return None
+
+
+def _reexported(path: Path, module: str, qualname: str) -> str | None:
+    """The dotted path ``qualname``'s first name comes from when ``path`` (module ``module``)
+    does not define it but imports it by name at top level (``from .x import f``,
+    ``from pkg.x import f as g``); None when the module defines it, binds it otherwise, or
+    cannot be read."""
+    head, _, rest = qualname.partition(".")
+    try:
+        if path.stat().st_size > MAX_SOURCE_BYTES:
+            return None
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    source: str | None = None
+    for stmt in tree.body:  # the last binding wins, as at run time
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if stmt.name == head:
+                source = None
+        elif isinstance(stmt, ast.Assign):
+            if any(isinstance(t, ast.Name) and t.id == head for t in stmt.targets):
+                source = None
+        elif isinstance(stmt, ast.ImportFrom):
+            for alias in stmt.names:
+                if (alias.asname or alias.name) != head:
+                    continue
+                base = package.split(".") if package else []
+                if stmt.level > 1:
+                    base = (
+                        base[: len(base) - (stmt.level - 1)] if stmt.level - 1 <= len(base) else []
+                    )
+                origin = ".".join(
+                    [*(base if stmt.level else []), *([stmt.module] if stmt.module else [])]
+                )
+                source = f"{origin}.{alias.name}" if origin else None
+    if source is None:
+        return None
+    return f"{source}.{rest}" if rest else source
 
 
 def imported_kernels(
