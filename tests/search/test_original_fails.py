@@ -72,3 +72,17 @@ def test_a_place_in_a_workers_copy_is_said_as_a_line_of_the_module() -> None:
     assert note.endswith("fix the entry, nothing was tuned"), note
     site = f"compile: AttributeError: x (at {SITE}/fla/utils.py:455 in custom_device_ctx)"
     assert "fla/utils.py:455" in original_fails(Outcome.RUNTIME_ERROR, site, "compile", "m")
+
+
+def test_the_interpreters_scalar_limit_is_not_the_entrys_fault() -> None:
+    """flash-linear-attention's chunked kernels (and Liger's) fail in Triton's interpreter on
+    a Python int or float argument used as a tensor; a GPU compiles them. "fix the entry"
+    sent the user to an entry with nothing wrong in it."""
+    for kind in ("int", "float"):
+        reason = (
+            f"compile: InterpreterError: AttributeError: '{kind}' object has no attribute 'to' "
+            f"(at {SITE}/fla/ops/common/chunk_h.py:97 in chunk_fwd_kernel_h)"
+        )
+        note = original_fails(Outcome.COMPILE_ERROR, reason)
+        assert "fix the entry" not in note and "known limit of Triton's interpreter" in note
+        assert "tune this entry on a GPU" in note and reason in note

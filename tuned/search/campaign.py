@@ -49,6 +49,13 @@ def original_fails(outcome: Outcome, reason: str, phase: str = "", module: str =
             "run an autotuner with several configs (benchmarking them needs a GPU driver): "
             "tune this entry on a GPU, or pin one config; nothing was tuned"
         )
+    if _INTERPRETER_SCALAR.search(reason):
+        return (
+            f"the original fails ({outcome.value}: {reason.strip()}); a known limit of "
+            "Triton's interpreter, not of the entry: a Python int or float argument that the "
+            "kernel uses as a tensor (Liger's and flash-linear-attention's kernels hit it); "
+            "tune this entry on a GPU; nothing was tuned"
+        )
     where = _installed_location(reason)
     if where is not None:
         package, place = where
@@ -66,6 +73,11 @@ def original_fails(outcome: Outcome, reason: str, phase: str = "", module: str =
         )
     return f"the original fails ({outcome.value}: {reason}); fix the entry, nothing was tuned"
 
+
+#: Triton's interpreter on a scalar kernel argument it treats as a tensor (a GPU compiles it).
+_INTERPRETER_SCALAR = re.compile(
+    r"InterpreterError: AttributeError: '(int|float|bool)' object has no attribute"
+)
 
 #: Where a worker's failure reason says it was raised: ``(at /path/file.py:455 in fn)``.
 _AT = re.compile(r"\(at (?P<path>[^()]+?\.py):(?P<line>\d+) in (?P<fn>[\w<>.]+)\)")
