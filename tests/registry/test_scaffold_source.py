@@ -309,3 +309,28 @@ def test_a_one_letter_weight_name_beside_a_spelled_out_weight_is_an_input_like_x
     assert 'weight = rand(shape["N"])' in lines and 'bias = rand(shape["N"])' in lines, lines
     alone, _ = infer_inputs(named("x", "g", "b"), {"M": 4, "N": 8})  # gamma and beta
     assert 'g_ = rand(shape["N"])' in alone and 'b = rand(shape["N"])' in alone, alone
+
+
+def test_an_input_asserted_to_have_an_inputs_shape_is_drawn_with_it() -> None:
+    # flash-linear-attention's chunk_gla(q, k, v, g): `assert q.shape == k.shape == g.shape`;
+    # `g` drawn 1-D as if it were gamma, the original failed on that very assertion.
+    import ast
+    import inspect
+
+    from tuned.registry.scaffold import infer_inputs
+    from tuned.registry.scaffold_source import shape_reads
+
+    kinds = inspect.Parameter
+    dims = {"T": 8, "K": 4}
+
+    def gate(body: str) -> str:
+        fn = ast.parse(f"def chunk(q, g, b):\n{body}    return q\n").body[0]
+        assert isinstance(fn, ast.FunctionDef)
+        params = [kinds(n, kinds.POSITIONAL_OR_KEYWORD) for n in ("q", "g", "b")]
+        lines, _ = infer_inputs(params, dims, reads=shape_reads(fn))
+        [line] = [x for x in lines if x.startswith("g_ = ")]  # `g` is the generator's name
+        return line
+
+    assert gate("    assert q.shape == g.shape\n") == 'g_ = rand(shape["T"], shape["K"])'
+    assert gate("") == 'g_ = rand(shape["K"])'  # gamma, as before
+    assert gate("    assert b.shape == g.shape\n") == 'g_ = rand(shape["K"])'  # two weights

@@ -14,6 +14,7 @@ the import path without importing anything
 from __future__ import annotations
 
 import ast
+import dataclasses
 import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -73,6 +74,8 @@ class ShapeRead:
     names: tuple[str | None, ...]
     line: int
     text: str  # the statement, for the note
+    #: Parameters an ``assert p.shape == q.shape`` says have this one's shape.
+    same_as: tuple[str, ...] = ()
 
 
 def shape_reads(fn: ast.FunctionDef) -> dict[str, ShapeRead]:
@@ -123,6 +126,19 @@ def shape_reads(fn: ast.FunctionDef) -> dict[str, ShapeRead]:
             continue
         text = ast.unparse(stmt)
         text = text if len(text) <= 60 else f"{text[:57]}..."
+        if (  # assert q.shape == k.shape == g.shape: flash-linear-attention's gate `g`
+            isinstance(stmt, ast.Assert)
+            and isinstance(stmt.test, ast.Compare)
+            and all(isinstance(op, ast.Eq) for op in stmt.test.ops)
+        ):
+            group = [shape_of(e) for e in [stmt.test.left, *stmt.test.comparators]]
+            members = {g for g in group if g is not None}
+            if None not in group and len(members) > 1:
+                for member in members:
+                    was = found.get(member) or ShapeRead(1, (), stmt.lineno, text)
+                    same = tuple(sorted({*was.same_as, *(members - {member})}))
+                    found[member] = dataclasses.replace(was, same_as=same)
+                continue
         if (
             isinstance(stmt, ast.Assign)
             and len(stmt.targets) == 1
@@ -134,15 +150,19 @@ def shape_reads(fn: ast.FunctionDef) -> dict[str, ShapeRead]:
                 e.id if isinstance(e, ast.Name) and e.id != "_" else None
                 for e in stmt.targets[0].elts
             )
-            found.setdefault(owner, ShapeRead(len(unpacked), unpacked, stmt.lineno, text))
+            read = ShapeRead(len(unpacked), unpacked, stmt.lineno, text)
+            prior = found.get(owner)
+            if prior is None or not prior.names:  # (an assertion only gave its peers)
+                found[owner] = dataclasses.replace(read, same_as=prior.same_as if prior else ())
             continue
         for node in ast.walk(stmt):
             hit = indexed(node)
             if hit is not None:
-                owner, index = hit
-                known = found.get(owner)
-                if known is None or (not known.names and known.rank < index + 1):
-                    found[owner] = ShapeRead(index + 1, (), stmt.lineno, text)
+                name, index = hit
+                seen = found.get(name)
+                if seen is None or (not seen.names and seen.rank < index + 1):
+                    same = seen.same_as if seen else ()
+                    found[name] = ShapeRead(index + 1, (), stmt.lineno, text, same)
     return found
 
 
