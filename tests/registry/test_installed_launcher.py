@@ -218,7 +218,7 @@ def _reexporting_package(site: Path) -> None:
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text(
         "from .sub import launch\nfrom fakeops.kern import Copy as Public\n"
-        "from .loop_a import looped\n\ndef own():\n    return 1\n"
+        "from .loop_a import looped\nfrom ._ext import native\n\ndef own():\n    return 1\n"
     )
     (pkg / "sub" / "__init__.py").write_text("from ..impl import launch\n")
     (pkg / "impl.py").write_text("from fakeops.kern import Copy\n\nlaunch = Copy.launch\n")
@@ -242,6 +242,8 @@ def test_a_re_exported_launcher_is_found_where_it_is_defined(tmp_path: Path) -> 
     # relative, two packages deep, to a module that binds it by assignment: stops there
     assert locate_launcher("fakere.launch", search)[:2] == ("fakere.impl", "launch")  # type: ignore[index]
     assert locate_launcher("fakere.loop_a.looped", search) is None  # a cycle ends
+    # from a module that is no file here (a compiled extension): where it is imported
+    assert locate_launcher("fakere.native", search)[:2] == ("fakere", "native")  # type: ignore[index]
     assert locate_launcher("nosuch.thing", search) is None
 
 

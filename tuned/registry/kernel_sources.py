@@ -243,15 +243,26 @@ def locate_launcher(
     hops at most. Its source is what :func:`~tuned.registry.discovery.discover_source` and
     :func:`~tuned.registry.injection.materialize` take, with ``qualname`` as launcher."""
     search = sys.path if search is None else search
+    found = _module_file(dotted, search)
     for _ in range(_REEXPORT_HOPS):
-        found = _module_file(dotted, search)
         if found is None:
             return None
-        module, qualname, path = found
-        target = _reexported(path, module, qualname)
-        if target is None:
+        target = _reexported(found[2], found[0], found[1])
+        path = None if target is None else _exact_module_file(target[0], search)
+        if target is None or path is None:  # defined here, or from what is no module file
             return found
-        dotted = target
+        found = (target[0], target[1], path)
+    return None
+
+
+def _exact_module_file(module: str, search: Sequence[str]) -> Path | None:
+    """The file of ``module`` itself (``a/b.py`` or ``a/b/__init__.py``) on ``search``."""
+    rel = module.replace(".", "/")
+    for entry in search:
+        if entry and Path(entry).is_dir():
+            for path in (Path(entry) / f"{rel}.py", Path(entry) / rel / "__init__.py"):
+                if path.is_file():
+                    return path
     return None
 
 
@@ -273,11 +284,11 @@ def _module_file(dotted: str, search: Sequence[str]) -> tuple[str, str, Path] | 
     return None
 
 
-def _reexported(path: Path, module: str, qualname: str) -> str | None:
-    """The dotted path ``qualname``'s first name comes from when ``path`` (module ``module``)
-    does not define it but imports it by name at top level (``from .x import f``,
-    ``from pkg.x import f as g``); None when the module defines it, binds it otherwise, or
-    cannot be read."""
+def _reexported(path: Path, module: str, qualname: str) -> tuple[str, str] | None:
+    """(module, qualname there) that ``qualname``'s first name comes from when ``path``
+    (module ``module``) does not define it but imports it by name at top level (``from .x
+    import f``, ``from pkg.x import f as g``); None when the module defines it, binds it
+    otherwise, or cannot be read."""
     head, _, rest = qualname.partition(".")
     try:
         if path.stat().st_size > MAX_SOURCE_BYTES:
@@ -286,7 +297,7 @@ def _reexported(path: Path, module: str, qualname: str) -> str | None:
     except (OSError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    source: str | None = None
+    source: tuple[str, str] | None = None
     for stmt in tree.body:  # the last binding wins, as at run time
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             if stmt.name == head:
@@ -306,10 +317,10 @@ def _reexported(path: Path, module: str, qualname: str) -> str | None:
                 origin = ".".join(
                     [*(base if stmt.level else []), *([stmt.module] if stmt.module else [])]
                 )
-                source = f"{origin}.{alias.name}" if origin else None
+                source = (origin, alias.name) if origin else None
     if source is None:
         return None
-    return f"{source}.{rest}" if rest else source
+    return source[0], f"{source[1]}.{rest}" if rest else source[1]
 
 
 def imported_kernels(
