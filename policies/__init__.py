@@ -17,6 +17,8 @@ name                         policy
                              the default; the name stays for campaigns stored under it)
 ``hierarchical_crossover``   without the model arm, with a crossover arm: children of two
                              of the fastest configurations (:mod:`policies.crossover`)
+``hierarchical_reach1``      the default with the reach bound it had until 2026-11-29
+                             (``reach_scale`` 1.0; ablation, issue 24)
 ``ucb``                      flat masked UCB over strategies, moves from the incumbent
                              (the flat bandits have no model arm)
 ``thompson``                 flat Thompson sampling over strategies
@@ -42,6 +44,7 @@ from policies.flat import (
     ThompsonPolicy,
     UCBPolicy,
     UnclusteredHierarchicalPolicy,
+    WideReachHierarchicalPolicy,
 )
 from policies.hierarchical import HierarchicalPolicy, HierarchicalSettings, HierarchicalState
 from policies.local_search import GreedyLocalSearchPolicy
@@ -69,6 +72,7 @@ __all__ = [
     "Trial",
     "UCBPolicy",
     "UnclusteredHierarchicalPolicy",
+    "WideReachHierarchicalPolicy",
     "config_key",
     "make_policy",
     "propose_batch",
@@ -84,6 +88,7 @@ POLICIES: dict[str, Any] = {
         ModelArmHierarchicalPolicy,
         FlatGatedModelArmHierarchicalPolicy,
         CrossoverHierarchicalPolicy,
+        WideReachHierarchicalPolicy,
         UCBPolicy,
         ThompsonPolicy,
         DiscountedUCBPolicy,

@@ -23,6 +23,7 @@ __all__ = [
     "ThompsonPolicy",
     "UCBPolicy",
     "UnclusteredHierarchicalPolicy",
+    "WideReachHierarchicalPolicy",
 ]
 
 
@@ -91,3 +92,12 @@ class CrossoverHierarchicalPolicy(HierarchicalPolicy):
     default_settings: ClassVar[HierarchicalSettings] = HierarchicalSettings(
         crossover=CrossoverSettings(units="uniform"), model="none", flat_gate=0.0
     )
+
+
+class WideReachHierarchicalPolicy(HierarchicalPolicy):
+    """The default policy with the reach mask's bound it had until 2026-11-29 (issue 24): a
+    parent stays open while the best recent gain, at face value, could take it past the
+    incumbent (``reach_scale`` 1.0; the default is 0.25). For paired benches."""
+
+    name: ClassVar[str] = "hierarchical_reach1"
+    default_settings: ClassVar[HierarchicalSettings] = HierarchicalSettings(reach_scale=1.0)

@@ -9,11 +9,13 @@ One decision (``suggest``):
 3. Arms are closed by three masks, at least one arm always staying open:
    *saturation* (KernelBand: the strategy's target resource is saturated on the cluster's
    representative, see :mod:`policies.masks`), *exhaustion* (no parent in the cluster has
-   a free neighbour for the strategy's knobs) and *reach*: a cluster is skipped while even
-   the best improvement seen in the last ``reach_window`` pulls could not make its parent
-   beat the incumbent, ``t_parent * (1 - r_max) >= t_best`` (a Lipschitz-style bound in the
-   spirit of KernelBand's profiling bounds; when it closes every arm, the arm with the
-   fastest parent stays open).
+   a free neighbour for the strategy's knobs) and *reach*: a cluster is skipped while a
+   quarter of the best improvement seen in the last ``reach_window`` pulls could not make
+   its parent beat the incumbent, ``t_parent * (1 - reach_scale * r_max) >= t_best`` (a
+   Lipschitz-style bound in the spirit of KernelBand's profiling bounds; ``reach_scale``
+   0.25, issue 24: the best recent gain is rare, and a bound that takes it at face value
+   spends early pulls on slow parents; when it closes every arm, the arm with the fastest
+   parent stays open).
 4. The selector (masked UCB by default) picks an open arm: ``mu + c * sqrt(ln t / n)``.
    Suggestions still being evaluated (``pending``, when a batch is proposed or candidates
    are compiled ahead) count as pulls of their arm with reward 0 until their results are
@@ -128,6 +130,12 @@ class HierarchicalSettings:
     #: spaces: it cost the best-first climb more than it found, see docs/decisions.md).
     stall_patience: int = 0
     reach_window: int = 20
+    #: The reach mask's bound: a parent stays open while ``t_parent * (1 - reach_scale *
+    #: r_max) < t_best``, ``r_max`` the best reward of the last ``reach_window`` pulls.
+    #: 0.25 (issue 24, 2026-11-29; 1.0 before, policy ``hierarchical_reach1``):
+    #: fewer early pulls on parents that only the rarest gain could take past the
+    #: incumbent. 0.0 keeps only parents as fast as the incumbent (ties).
+    reach_scale: float = 0.25
     #: *Crossover arm* (issue 24, opt-in; ``None``: off, the default). One more arm,
     #: ``crossover``, proposes a child of two of the fastest evaluated configurations
     #: (:mod:`policies.crossover`), credited like the model arm with its gain over the
@@ -171,6 +179,8 @@ class HierarchicalSettings:
             raise ValueError("flat_gate must be in [0, 1] and flat_tolerance >= 0")
         if self.reach_window < 0 or self.headroom_candidates < 1:
             raise ValueError("reach_window must be >= 0 and headroom_candidates >= 1")
+        if not self.reach_scale >= 0:
+            raise ValueError(f"reach_scale must be >= 0, got {self.reach_scale}")
         known = {s.name for s in STRATEGIES}
         unknown = [s for s in self.strategies if s not in known]
         if unknown or not self.strategies:
@@ -653,7 +663,7 @@ class HierarchicalPolicy:
         if not arms or not self.settings.reach_window or not self.state.recent_rewards:
             return arms
         best = log.ok[log.ranked[0][1]].time_s or 0.0
-        r_max = max(self.state.recent_rewards)
+        r_max = self.settings.reach_scale * max(self.state.recent_rewards)
 
         def time_of(arm: _Arm) -> float:
             return log.ok[arm.parent].time_s or math.inf

@@ -7,7 +7,8 @@ sizes run within 1 % of each other, so best-first expansion meets the same plate
 again: each twin of a parent (same configuration, another block size, same time) has its
 moves of the other knobs asked a second time. With the shadowing, those evaluations go
 elsewhere. When this was written, without it 17 of 32 seeds were at the optimum after 50
-evaluations (mean 0.983 of it), with it 26 of 32 (0.998).
+evaluations (mean 0.983 of it), with it 26 of 32 (0.998); with the reach bound of
+2026-11-29 (``reach_scale`` 0.25), 21 of 32 (0.992) and 28 of 32 (0.999).
 """
 
 from __future__ import annotations
@@ -39,10 +40,11 @@ def test_without_shadowing_fewer_seeds_reach_the_optimum_at_50() -> None:
     before = fractions_at(FIXTURE, BUDGET, SEEDS, old)
     default = fractions_at(FIXTURE, BUDGET, SEEDS)
     # When written: 17 of 32 at the optimum without shadowing (mean 0.983), 26 of 32 with it
-    # (mean 0.998).
-    assert sum(f >= 0.999 for f in before) <= 20, before
-    assert sum(f >= 0.999 for f in default) >= 24, default
-    assert np.mean(default) >= np.mean(before) + 0.01
+    # (mean 0.998). Since the reach bound takes a quarter of the best recent gain
+    # (test_reach.py): 21 of 32 without (mean 0.992), 28 of 32 with it (mean 0.999).
+    assert sum(f >= 0.999 for f in before) <= 22, before
+    assert sum(f >= 0.999 for f in default) >= 26, default
+    assert np.mean(default) >= np.mean(before) + 0.005
 
 
 def _space() -> SearchSpace:
