@@ -334,3 +334,5 @@ def test_an_input_asserted_to_have_an_inputs_shape_is_drawn_with_it() -> None:
     assert gate("    assert q.shape == g.shape\n") == 'g_ = rand(shape["T"], shape["K"])'
     assert gate("") == 'g_ = rand(shape["K"])'  # gamma, as before
     assert gate("    assert b.shape == g.shape\n") == 'g_ = rand(shape["K"])'  # two weights
+    # read as 2-D (rwkv6's decay `w`, unpacked `B, T, H, K = w.shape` where it is used)
+    assert gate("    T, K = g.shape\n") == 'g_ = rand(shape["T"], shape["K"])'

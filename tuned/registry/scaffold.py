@@ -393,8 +393,10 @@ def _plan_inputs(
 
     def weight(name: str) -> bool:  # 1-D of the last dimension (see _ALIASES)
         aliases = _ALIASES.get(name.lower(), ())
-        read = reads.get(name)  # asserted to have the shape of an input that is no weight
-        if read is not None and any(not _WEIGHT.match(o) for o in read.same_as):
+        read = reads.get(name)  # read as 2-D or more, or asserted to have the shape of an
+        if read is not None and (  # input that is no weight: drawn as the launcher reads it
+            read.rank > 1 or any(not _WEIGHT.match(o) for o in read.same_as)
+        ):
             return False
         return bool(_WEIGHT.match(name)) and not spelled.intersection(aliases)
 
