@@ -89,6 +89,10 @@ def rule(lines: Sequence[str]) -> str:
     return "-" * min(max(len(line.split("\n", 1)[0]) for line in lines), RULE_MAX)
 
 
+#: Baseline / best further than this factor from the measured speedup: the table says why.
+_APART = 1.1
+
+
 def summary_table(summaries: Sequence[CampaignSummary]) -> str:
     """The final table: one row per kernel. ``candidates`` counts what ``--budget`` counts
     (candidates evaluated besides the baseline); ``evals`` in ``ktuned status``, ``report`` and
@@ -115,6 +119,20 @@ def summary_table(summaries: Sequence[CampaignSummary]) -> str:
         cells = [c.ljust(w) for c, w in zip(r[:-1], widths)]
         lines.append("  ".join([*cells, r[-1]]))
     lines.insert(1, rule(lines))
+    apart = [
+        s.kernel
+        for s in summaries
+        if s.speedup
+        and s.baseline_s
+        and s.best_s
+        and not 1 / _APART < s.baseline_s / s.best_s / s.speedup < _APART
+    ]
+    if apart:  # a reader divides the two columns: say why the speedup is not that
+        lines.append(
+            "speedup: the best timed side by side with the original, not baseline / best "
+            "(two evaluations at different moments; they differ by more than "
+            f"{_APART - 1:.0%} for {', '.join(apart)}: the host's load moved one of them)"
+        )
     kinds = {s.timing_kind for s in summaries if s.timing_kind}
     if "interpreter" in kinds:
         lines.append(

@@ -45,3 +45,17 @@ def test_a_long_failure_note_does_not_stretch_the_rule() -> None:
     table = report.summary_table([CampaignSummary(kernel="op", note=note)])
     assert table.splitlines()[1] == "-" * report.RULE_MAX
     assert note in table  # the note itself stays whole
+
+
+def test_the_table_says_why_the_speedup_is_not_baseline_over_best() -> None:
+    # The README's run showed "swiglu  50 ms  47.3 ms  3.15x": the speedup is the side-by-side
+    # measurement, the two times come from evaluations at different moments of a busy CPU.
+    from tuned import report
+    from tuned.search.base import CampaignSummary
+
+    near = CampaignSummary(kernel="near", baseline_s=2.0, best_s=1.0, measured_speedup=1.95)
+    far = CampaignSummary(kernel="far", baseline_s=0.050, best_s=0.0473, measured_speedup=3.15)
+    table = report.summary_table([near, far])
+    [note] = [line for line in table.splitlines() if line.startswith("speedup:")]
+    assert "side by side" in note and "far" in note and "near" not in note, note
+    assert "speedup:" not in report.summary_table([near])
