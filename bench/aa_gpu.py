@@ -188,9 +188,9 @@ def run_kernel(
                 "first": first.to_dict(),
                 "second": None if second is None else second.to_dict(),
                 "status": status,
-                # Each case's samples (seconds per call), candidate and original: where a
-                # comparison's interval comes from.
-                # and the repetitions per timed call of each (copy, original).
+                # Each case's samples (seconds per call) of the copy and the original, and
+                # the repetitions per timed call of each: where a comparison's interval
+                # comes from.
                 "samples": {
                     c: {"copy": samples[c], "original": incumbent[c], "reps": reps[c]}
                     for c in samples

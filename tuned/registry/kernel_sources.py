@@ -275,12 +275,10 @@ def _module_file(dotted: str, search: Sequence[str]) -> tuple[str, str, Path] | 
     (``a/b/__init__.py``) on ``search``: (module, the rest, its file)."""
     parts = dotted.split(".")
     for cut in range(len(parts) - 1, 0, -1):
-        rel = "/".join(parts[:cut])
-        for entry in search:
-            if entry and Path(entry).is_dir():
-                for path in (Path(entry) / f"{rel}.py", Path(entry) / rel / "__init__.py"):
-                    if path.is_file():
-                        return ".".join(parts[:cut]), ".".join(parts[cut:]), path
+        module = ".".join(parts[:cut])
+        path = _exact_module_file(module, search)
+        if path is not None:
+            return module, ".".join(parts[cut:]), path
     return None
 
 
@@ -309,14 +307,12 @@ def _reexported(path: Path, module: str, qualname: str) -> tuple[str, str] | Non
             for alias in stmt.names:
                 if (alias.asname or alias.name) != head:
                     continue
-                base = package.split(".") if package else []
-                if stmt.level > 1:
-                    base = (
-                        base[: len(base) - (stmt.level - 1)] if stmt.level - 1 <= len(base) else []
-                    )
-                origin = ".".join(
-                    [*(base if stmt.level else []), *([stmt.module] if stmt.module else [])]
-                )
+                parts = package.split(".") if package else []
+                if stmt.level > len(parts):  # above the top package: Python refuses it
+                    source = None
+                    continue
+                base = parts[: len(parts) - stmt.level + 1] if stmt.level else []
+                origin = ".".join([*base, *([stmt.module] if stmt.module else [])])
                 source = (origin, alias.name) if origin else None
     if source is None:
         return None
