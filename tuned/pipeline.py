@@ -230,13 +230,17 @@ class CampaignPipeline:
         used: dict[int, float] = {}  # seconds each campaign's steps took
         share = None if deadline is None else (deadline - time.monotonic()) / max(1, len(active))
 
-        def owed(c: Campaign) -> bool:  # not yet had its share, or nobody is owed one
-            if share is None or used.get(id(c), 0.0) < share:
-                return True
-            return not any(used.get(id(o), 0.0) < share for o in active)
+        def owed(c: Campaign) -> bool:  # not yet had its share
+            return share is None or used.get(id(c), 0.0) < share
 
         current = active[0] if active else None
         while active:
+            if share is not None and deadline is not None and not any(owed(c) for c in active):
+                # Every kernel has had its share: the time left is shared again, so it does
+                # not all go to the first ready kernel (Liger's autotuned DyT original took
+                # 89 s of a 54 s share, then the first kernel kept the 300 s that were left).
+                least = min(used.get(id(c), 0.0) for c in active)
+                share = max(share, least) + max(deadline - time.monotonic(), 0.0) / len(active)
             campaign = (
                 current if current is not None and owed(current) and self._ready(current) else None
             )

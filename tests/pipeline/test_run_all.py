@@ -240,3 +240,34 @@ def test_past_the_time_limit_no_queued_candidate_starts_and_no_compile_is_awaite
     assert 1 <= len(a_done) <= 3, gpu  # what was on the GPU at the limit, nothing queued
     assert not [e for e in gpu if e.startswith("b:") and e != "b:baseline"], gpu
     assert a.proposed > a.evaluated  # queued candidates were dropped, not measured
+
+
+def test_time_left_when_every_kernel_has_had_its_share_is_shared_again() -> None:
+    """A kernel whose original took more than its share (Liger's autotuned DyT forward and
+    backward: 89 s of a 54 s share, its autotuner benchmarking every config on each shape)
+    had no candidate measured in the 300 s left: once every kernel had had its share, the
+    first kernel in the registry took all the time that remained."""
+    deadline = 0.0
+    before: dict[str, int] = {}
+
+    class _Slow(_Campaign):
+        def step(self) -> Any:
+            if not self.baseline and self.name == "dyt":
+                time.sleep(0.3)  # more than its share (0.9 s over three kernels)
+            return super().step()
+
+        def evaluate(self, candidate: Candidate, phases: Any = None, precompile: Any = None) -> str:
+            time.sleep(0.01)
+            if time.monotonic() < deadline:
+                before[self.name] = before.get(self.name, 0) + 1
+            return super().evaluate(candidate, phases, precompile)
+
+    gpu: list[str] = []
+    campaigns = [_Slow("first", 150, gpu), _Slow("dyt", 150, gpu), _Slow("rope", 5, gpu)]
+    pipeline = CampaignPipeline(pool=_Pool(slow=set()), settings=PipelineSettings(speculate=False))  # type: ignore[arg-type]
+    deadline = time.monotonic() + 0.9
+    pipeline.run_all(campaigns, deadline=deadline)  # type: ignore[arg-type]
+    # The 0.25 s left after "first" (0.3), "dyt" (0.3, its original) and "rope" (done early)
+    # is shared again: "dyt" has candidates measured before the deadline.
+    assert before.get("dyt", 0) >= 3, (before, gpu[:12])
+    assert before.get("first", 0) >= 20, before
