@@ -55,22 +55,47 @@ def test_a_zero_dimensional_output_and_an_empty_one() -> None:
     assert _verdict(torch.empty(0, 3), torch.empty(0, 3)) is None
 
 
-def test_the_comparison_holds_no_more_than_its_chunk_in_float64(
+def test_the_comparison_holds_no_more_than_its_chunk_in_its_working_dtype(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Every float64 temporary is one chunk long, never the whole output."""
+    """Every widened temporary is one chunk long, never the whole output; half precision is
+    compared in float32 (exact for it, half the traffic of float64), float64 in float64."""
     monkeypatch.setattr(checks, "COMPARE_CHUNK", 1000)
-    sizes: list[int] = []
-    real = torch.Tensor.double
+    made: list[tuple[int, torch.dtype]] = []
+    real = checks._work
 
-    def double(self: torch.Tensor) -> torch.Tensor:
-        sizes.append(self.numel())
-        return real(self)
+    def work(t: torch.Tensor) -> torch.Tensor:
+        out = real(t)
+        made.append((out.numel(), out.dtype))
+        return out
 
-    monkeypatch.setattr(torch.Tensor, "double", double)
+    monkeypatch.setattr(checks, "_work", work)
+    monkeypatch.setattr(checks._chunks, "__defaults__", (work,))
     ref = torch.randn(10_000, dtype=torch.float16)
     assert _verdict(ref.clone(), ref) is None
-    assert sizes and max(sizes) == 1000 and sum(sizes) == 2 * 10_000
+    assert made and max(n for n, _ in made) == 1000 and sum(n for n, _ in made) == 2 * 10_000
+    assert {d for _, d in made} == {torch.float32}
+    made.clear()
+    wide = torch.randn(3000, dtype=torch.float64)
+    assert _verdict(wide.clone(), wide) is None
+    assert {d for _, d in made} == {torch.float64}
+
+
+def test_integers_past_float64s_precision_are_compared_exactly() -> None:
+    # In float64, 2**60 and 2**60 + 1 are one number: an int64 output (an index, a hash, a
+    # packed code) off by one there passed the comparison.
+    ref = torch.tensor([2**60, 5, -(2**62)], dtype=torch.int64)
+    out = ref.clone()
+    out[0] += 1
+    assert _verdict(ref.clone(), ref) is None
+    verdict = _verdict(out, ref)
+    assert verdict is not None and verdict[0] == "incorrect", verdict
+    assert "1/3 elements" in verdict[1] and "first at (0,)" in verdict[1], verdict
+    flags = torch.tensor([True, False, True])
+    assert _verdict(flags.clone(), flags) is None
+    assert _verdict(~flags, flags) is not None  # booleans subtract nowhere: no TypeError
+    codes = torch.tensor([0, 255], dtype=torch.uint8)  # no wrap-around in the error's size
+    assert "max abs error 255" in _verdict(codes.flip(0), codes)[1]  # type: ignore[index]
 
 
 def test_the_tolerance_widens_per_output_to_cover_the_references_own_spread() -> None:
