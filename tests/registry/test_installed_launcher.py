@@ -261,3 +261,68 @@ def test_an_entry_naming_a_re_exported_launcher_gets_its_knobs(
     spec = load_entry(entry)
     assert spec.installed_module == "fakeops.kern" and spec.launcher == "Copy.launch"
     assert "BLOCK" in spec.knobs or any(k.endswith("num_warps") for k in spec.knobs), spec.knobs
+
+
+def test_a_launcher_whose_kernels_live_elsewhere_is_told_which_function_to_register(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The note used to name the first imported function the launcher calls, whatever it was:
+    # for Liger's JSD, `liger_kernel.backends.dispatch`, a registry of implementations that
+    # launches nothing itself. It now names the callees that do launch a kernel with a knob,
+    # and says so when none does.
+    from tuned.registry.discovery import discover_source
+
+    site = tmp_path / "site"
+    (site / "fakelayer").mkdir(parents=True)
+    (site / "fakelayer" / "__init__.py").write_text("")
+    (site / "fakelayer" / "kern.py").write_text(
+        textwrap.dedent(
+            """
+            import triton
+            import triton.language as tl
+
+            @triton.jit
+            def _add(x_ptr, y_ptr, o_ptr, n, BLOCK: tl.constexpr):
+                offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+                m = offs < n
+                a = tl.load(x_ptr + offs, mask=m)
+                tl.store(o_ptr + offs, a + tl.load(y_ptr + offs, mask=m), mask=m)
+
+            def launch_add(x, y, out):
+                n = x.numel()
+                _add[(triton.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
+                return out
+            """
+        )
+    )
+    (site / "fakelayer" / "dispatch.py").write_text(
+        "IMPLS = {}\n\ndef dispatch(name, *args):\n    return IMPLS[name](*args)\n"
+    )
+    monkeypatch.setattr(sys, "path", [str(site), *sys.path])
+    api = textwrap.dedent(
+        """
+        import torch
+        from fakelayer.dispatch import dispatch
+        from fakelayer.kern import launch_add
+
+        def op(x, y):
+            out = torch.empty_like(x)
+            dispatch("log", x)
+            return launch_add(x, y, out)
+
+        def dispatched(x, y):
+            return dispatch("add", x, y)
+        """
+    )
+    found = discover_source(api, "op", "fakeapi")
+    assert found is not None and not found.knobs
+    (note,) = [n.reason for n in found.notices if "another module" in n.reason]
+    assert "it calls dispatch (from fakelayer.dispatch), launch_add (from fakelayer.kern)" in note
+    assert "`ktuned registry add fakelayer.kern.launch_add`" in note, note
+    assert "fakelayer.dispatch.dispatch`" not in note, note
+
+    found = discover_source(api, "dispatched", "fakeapi")
+    assert found is not None
+    (note,) = [n.reason for n in found.notices if "another module" in n.reason]
+    assert "none of them launches a kernel with a knob" in note, note
+    assert "registry add fakelayer.dispatch" not in note, note

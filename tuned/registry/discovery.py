@@ -33,6 +33,7 @@ which kernels each knob reaches).
 from __future__ import annotations
 
 import ast
+import contextvars
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -41,10 +42,12 @@ from tuned.registry.bindings import Local, caller_input, local_bindings, names_i
 from tuned.registry.call_graph import imported_callees, reachable
 from tuned.registry.kernel_facts import KernelFacts, kernel_facts
 from tuned.registry.kernel_sources import (
+    MAX_SOURCE_BYTES,
     imported_kernels,
     launch_site,
     launched_name,
     launcher_functions,
+    locate_launcher,
     module_functions,
 )
 from tuned.registry.knob_values import (
@@ -209,13 +212,28 @@ class _Finder:
             todo = "declare knobs in kernel.yaml"
             if elsewhere:
                 shown = ", ".join(f"{name} (from {origin})" for name, origin in elsewhere)
-                name, origin = elsewhere[0]
+                read = {f"{o}.{n}": _launches_knobs(f"{o}.{n}") for n, o in elsewhere}
+                # those that launch a kernel with a knob, else those that could not be read
+                launching = [d for d, v in read.items() if v] or [
+                    d for d, v in read.items() if v is None
+                ]
                 todo = (
                     f"it calls {shown}: kernels launched in another module are not tuned "
                     "through this entry, and a candidate that launches none of its own is "
-                    f"refused; register that launcher instead: `ktuned registry add "
-                    f"{origin}.{name}`"
+                    "refused; "
                 )
+                if launching:
+                    more = f" (also: {', '.join(launching[1:])})" if launching[1:] else ""
+                    todo += (
+                        f"register that launcher instead: `ktuned registry add {launching[0]}`"
+                        f"{more}"
+                    )
+                else:  # a dispatcher (Liger's JSD: `dispatch("jsd_loss_and_grad", ...)`)
+                    todo += (
+                        "none of them launches a kernel with a knob where ktuned can read it "
+                        "(a dispatcher, or helpers further down): register the function that "
+                        "launches the kernel, `ktuned registry add PACKAGE.MODULE.FUNCTION`"
+                    )
             self.note(
                 self.launchers[0],
                 f"no launch `kernel[grid](...)` of a top-level @triton.jit function in {names} "
@@ -653,6 +671,34 @@ def _unique(name: str, taken: set[str], scope: str) -> str:
     while candidate in taken:
         candidate, n = f"{scoped}_{n}", n + 1
     return candidate
+
+
+#: Set while :func:`_launches_knobs` discovers a callee: its own notes follow nothing further.
+_FOLLOWING: contextvars.ContextVar[bool] = contextvars.ContextVar("following", default=False)
+
+
+def _launches_knobs(dotted: str) -> bool | None:
+    """Whether the function at ``dotted`` (a module on the import path, read, never imported)
+    launches kernels with a discovered knob itself or through its module's functions; None
+    when its module cannot be read (not on the path, too large, not text)."""
+    if _FOLLOWING.get():
+        return None
+    located = locate_launcher(dotted)
+    if located is None:
+        return None
+    module, qualname, path = located
+    try:
+        if path.stat().st_size > MAX_SOURCE_BYTES:
+            return None
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    token = _FOLLOWING.set(True)
+    try:
+        found = discover_source(text, qualname, module)
+    finally:
+        _FOLLOWING.reset(token)
+    return found is not None and bool(found.knobs)
 
 
 def discover_knobs(
