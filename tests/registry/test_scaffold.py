@@ -431,3 +431,38 @@ def test_add_passes_a_keyword_only_output_buffer_by_keyword_and_the_entry_tunes(
         inputs = (entry / "entry.py").read_text()
         assert "return (x, y, out0)" in inputs and "out0=inputs[-1]" in inputs, inputs
         assert_tunes(entry, launcher, tmp_path)
+
+
+def test_a_number_annotation_wins_over_a_weight_like_name_and_labels_are_indices() -> None:
+    """Liger's JSD primitive, ``jsd_loss_and_grad_triton(student_prob, teacher_prob,
+    shift_labels: Optional[Tensor], beta: float, ignore_index: int, n_non_ignore: float)``:
+    ``beta`` (the mixing weight, annotated ``float``) was drawn as a LayerNorm-style weight
+    tensor and ``shift_labels`` (read as ``shift``, a weight) as a float vector of the
+    vocabulary; the labels are one index per row, the numbers scalars to choose."""
+    import inspect
+    from typing import Optional
+
+    import torch
+
+    from tuned.registry.scaffold import infer_inputs
+
+    kinds = inspect.Parameter
+    po = kinds.POSITIONAL_OR_KEYWORD
+    params = [
+        kinds("student_prob", po, annotation=torch.Tensor),
+        kinds("teacher_prob", po, annotation=torch.Tensor),
+        kinds("shift_labels", po, annotation=Optional[torch.Tensor]),  # noqa: UP045
+        kinds("beta", po, annotation=float),
+        kinds("ignore_index", po, annotation=int),
+        kinds("n_non_ignore", po, annotation="float"),  # a postponed annotation
+        kinds("gamma", po),  # unannotated: still a weight by its name
+    ]
+    lines, todo = infer_inputs(params, {"BT": 64, "V": 512})
+    assert 'shift_labels = index(shape["BT"], high=shape["V"])' in lines, lines
+    assert not any(line.startswith("beta =") for line in lines), lines
+    assert 'gamma = rand(shape["V"])' in lines, lines
+    assert todo == [
+        "beta (a float scalar)",
+        "ignore_index (a int scalar)",
+        "n_non_ignore (a float scalar)",
+    ], todo

@@ -58,7 +58,8 @@ _ALIASES = {"g": ("weight", "weights", "gamma"), "w": ("weight", "weights"), "b"
 _EPS = re.compile(r"eps|epsilon", re.I)
 #: Parameters that hold indices into the last dimension (class labels, token ids): integers.
 _INDEX = re.compile(
-    r"^(target|targets|label|labels|index|indices|idx|ids|input_ids|token_ids|class_ids)$",
+    r"^(target|targets|label|labels|index|indices|idx|ids|input_ids|token_ids|class_ids)$"
+    r"|_(labels?|targets?)$",  # Liger's JSD `shift_labels` (read as a weight, `shift`: 1-D of V)
     re.I,
 )
 #: A shape argument, as torch.nn.functional.layer_norm's: a tuple of the last dimension.
@@ -440,22 +441,24 @@ def _plan_inputs(
         elif p.name in outputs:  # written by the launcher: zeros of the output's dtype
             lines.append(f"{var} = torch.zeros({full}, dtype={out_dtype}, device=device)")
             tensors.add(p.name)
+        elif _scalar_type(p.annotation) and not _SIZE_ARG.search(p.name):
+            # stated as a number, whatever its name says (Liger's JSD `beta: float`, the
+            # mixing weight, was drawn as a weight tensor)
+            todo.append(f"{p.name} (a {_scalar_type(p.annotation)} scalar)")
+            continue
         elif _SCALE.search(p.name):
             lines.append(f"{var} = frand({last if weight(p.name) else full}).abs()")
             tensors.add(p.name)
         elif _SIZE_ARG.search(p.name):
             todo.append(f"{p.name} (an integer size the caller chooses: the value production uses)")
             continue
-        elif weight(p.name):
-            lines.append(f"{var} = rand({last})")
-            tensors.add(p.name)
-        elif _INDEX.match(p.name):  # one index per row, into the last dimension
+        elif _INDEX.search(p.name):  # one index per row, into the last dimension
             rows = ", ".join(f'shape["{d}"]' for d in order[:-1]) or last
             lines.append(f"{var} = index({rows}, high={last})")
             tensors.add(p.name)
-        elif p.annotation in (int, "int") or p.annotation in (float, "float"):
-            todo.append(f"{p.name} (a {getattr(p.annotation, '__name__', p.annotation)} scalar)")
-            continue
+        elif weight(p.name):
+            lines.append(f"{var} = rand({last})")
+            tensors.add(p.name)
         elif p.annotation in (bool, "bool", str, "str"):
             todo.append(f"{p.name} (a flag or mode: choose the value production uses)")
             continue
@@ -518,6 +521,16 @@ def _known_scalar(name: str, last: str) -> str:
     for pattern, value in _KNOWN_SCALARS:
         if pattern.match(name):
             return value.format(last=last)
+    return ""
+
+
+def _scalar_type(annotation: object) -> str:
+    """``int`` or ``float`` where the annotation is that number type (the type, or its name in
+    a postponed annotation), else ""."""
+    if annotation in (int, "int"):
+        return "int"
+    if annotation in (float, "float"):
+        return "float"
     return ""
 
 
