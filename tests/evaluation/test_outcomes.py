@@ -273,6 +273,22 @@ def test_an_op_whose_kernels_live_in_another_module_names_that_module(
     assert "register the function there that launches them" in result.reason
 
 
+def test_an_op_launching_kernels_it_imports_from_a_kernels_module_launches_its_own(
+    client: WorkerClient, spec: KernelSpec
+) -> None:
+    """Libraries keep kernels in one module and launch them from another (``from .kernels
+    import _fwd`` then ``_fwd[grid](...)``): the launch is the op's own, and its knobs were
+    discovered, yet every such original was refused as launching no kernel of its own."""
+    op = ADD_SOURCE.replace(
+        "import triton.language as tl\n",
+        "import triton.language as tl\n"
+        "from tests.fixtures.foreign_kernels import _add_elsewhere as _imported\n",
+    ).replace("    _add[(triton.cdiv(n, BLOCK),)]", "    _imported[(triton.cdiv(n, BLOCK),)]")
+    assert "    _imported[(" in op
+    result = client.evaluate(spec, _candidate(spec, op, {"BLOCK": 128}))
+    assert result.outcome is Outcome.OK, result.reason
+
+
 def test_a_candidate_far_slower_than_its_original_in_a_phase_times_out_early(
     tmp_path: Path, spec: KernelSpec, monkeypatch: pytest.MonkeyPatch
 ) -> None:

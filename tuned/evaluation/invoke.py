@@ -136,16 +136,46 @@ def _is_autograd_apply(obj: Any) -> Any:
     return None
 
 
-def kernel_modules(target: Any) -> set[str]:
+def kernel_modules(target: Any, module: ModuleType | None = None) -> set[str]:
     """Names of the modules whose Triton launches count as the launcher's own: where the
-    resolved launcher (its function, class or autograd Function) is defined."""
+    resolved launcher (its function, class or autograd Function) is defined, and, given the
+    candidate's ``module``, that module and the modules of the kernels it binds at top level
+    (``from .kernels import _fwd``, or ``import pkg.kernels as K`` for ``K._fwd[grid]``): a
+    launcher beside kernels imported from a kernels module launched them itself (its
+    original was refused as launching none of its own)."""
     names: set[str] = set()
     owner = _is_autograd_apply(target) or getattr(target, "__self__", None)
     for obj in (target, owner, getattr(target, "__func__", None)):
-        module = getattr(obj, "__module__", None)
-        if isinstance(module, str):
-            names.add(module)
+        where = getattr(obj, "__module__", None)
+        if isinstance(where, str):
+            names.add(where)
+    if module is not None:
+        names.add(module.__name__)
+        for value in list(vars(module).values()):
+            if isinstance(value, ModuleType):
+                if any(_kernel_module(v) for v in list(vars(value).values())):
+                    names.add(value.__name__)
+            elif (where := _kernel_module(value)) is not None:
+                names.add(where)
     return names
+
+
+def _kernel_module(value: Any) -> str | None:
+    """The module a Triton kernel (``@triton.jit``, wrapped in ``@triton.autotune`` or
+    ``@triton.heuristics`` any number of times) is defined in; None for anything else."""
+    try:
+        from triton.runtime.jit import KernelInterface
+    except ImportError:  # pragma: no cover - triton is always there in a worker
+        return None
+    for _ in range(8):  # autotune(heuristics(jit(f))): .fn down to the Python function
+        if not isinstance(value, KernelInterface):
+            return None
+        inner = getattr(value, "fn", None)
+        if not isinstance(inner, KernelInterface):
+            where = getattr(inner, "__module__", None)
+            return where if isinstance(where, str) else None
+        value = inner
+    return None
 
 
 def _float_like(inputs: Sequence[Any]) -> tuple[Any, Any]:

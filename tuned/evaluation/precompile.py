@@ -260,7 +260,7 @@ class Precompile:
             raise CaseFailure("cheat", f"forbidden at import: {guard.violations[0]}")
         self.modules.add(module.__name__)
         entry = entry_call(module, self.kernel, role="launcher")  # tuned.evaluation.invoke
-        self.modules |= kernel_modules(entry.target)
+        self.modules |= kernel_modules(entry.target, module)
         if not self.target or os.environ.get("TRITON_INTERPRET") == "1":
             return self._done(precompiled=False, note="interpreter: nothing to compile")
         missing = precompile_supported()

@@ -188,7 +188,7 @@ class Runner:
             dict(message.get("knobs") or {}),
             module.__name__,
         )
-        slot.modules = {module.__name__} | kernel_modules(slot.launcher.target)
+        slot.modules = kernel_modules(slot.launcher.target, module)
         self.check(guard, need_launch=False)
         self.slots[str(message["slot"])] = slot
         return {"ok": True}
