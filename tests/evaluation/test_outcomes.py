@@ -287,6 +287,14 @@ def test_an_op_launching_kernels_it_imports_from_a_kernels_module_launches_its_o
     assert "    _imported[(" in op
     result = client.evaluate(spec, _candidate(spec, op, {"BLOCK": 128}))
     assert result.outcome is Outcome.OK, result.reason
+    # and through the kernels module bound by name: `import pkg.kernels as K`, `K._fwd[grid]`
+    through = op.replace(
+        "from tests.fixtures.foreign_kernels import _add_elsewhere as _imported\n",
+        "import tests.fixtures.foreign_kernels as K\n",
+    ).replace("    _imported[(", "    K._add_elsewhere[(")
+    assert "    K._add_elsewhere[(" in through
+    result = client.evaluate(spec, _candidate(spec, through, {"BLOCK": 64}))
+    assert result.outcome is Outcome.OK, result.reason
 
 
 def test_a_candidate_far_slower_than_its_original_in_a_phase_times_out_early(
