@@ -151,12 +151,16 @@ def kernel_modules(target: Any, module: ModuleType | None = None) -> set[str]:
             names.add(where)
     if module is not None:
         names.add(module.__name__)
+        bound: set[str] = set()
         for value in list(vars(module).values()):
             if isinstance(value, ModuleType):
                 if any(_kernel_module(v) for v in list(vars(value).values())):
-                    names.add(value.__name__)
+                    bound.add(value.__name__)
             elif (where := _kernel_module(value)) is not None:
-                names.add(where)
+                bound.add(where)
+        # Triton's own @jit helpers (`tl.sum`, `tl.cdiv`) are no kernel of the user's; in the
+        # interpreter they run as Python, where the guard would take them for candidate code.
+        names |= {n for n in bound if n.split(".")[0] not in ("triton", "torch")}
     return names
 
 
