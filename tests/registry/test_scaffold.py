@@ -130,7 +130,7 @@ def test_add_reads_a_custom_op_s_function_and_stubs_a_bare_star_args(tmp_path: P
     inputs = (tmp_path / "reg" / "add_op" / "entry.py").read_text()
     assert "return (x, y)" in inputs and "NotImplementedError" not in inputs, inputs
     inputs = (tmp_path / "reg" / "add_triton_op" / "entry.py").read_text()
-    assert "Its parameters: x, y, n." in inputs and "n (a int scalar)" in inputs, inputs
+    assert "Its parameters: x, y, n." in inputs and "n (an int scalar)" in inputs, inputs
     stub = (tmp_path / "reg" / "add_any" / "entry.py").read_text()
     assert 'NotImplementedError("TODO(ktuned registry add): make the inputs for *args' in stub
 
