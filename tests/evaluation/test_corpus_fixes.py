@@ -42,6 +42,38 @@ def test_int8_outputs_are_poisoned_within_range(
     assert result.outcome is Outcome.OK, result.reason
 
 
+FP8_SOURCE = ADD_SOURCE.replace(
+    "out = torch.empty_like(x)", "out = torch.empty(x.shape, dtype=torch.float8_e4m3fn)"
+).replace("x + y, mask=mask)", "(x + y).to(out_ptr.dtype.element_ty), mask=mask)")
+
+
+def test_float8_outputs_are_poisoned_within_range(
+    client: WorkerClient, write_entry: WriteEntry
+) -> None:
+    # gemlite's scale_activations_mxfp8: the sentinel 7776 overflows float8_e4m3fn (max 448),
+    # and the original itself failed at `fill_` ("cannot be converted ... without overflow").
+    yaml = ADD_YAML.format(name="add-fp8").replace("reference: reference\n", "")
+    spec = load_entry(write_entry("add_fp8", source=FP8_SOURCE, yaml=yaml))
+    result = client.evaluate(spec, _original(spec))
+    assert result.outcome is Outcome.OK, result.reason
+
+
+def test_unwritten_float8_elements_are_seen() -> None:
+    import torch
+
+    from tuned.evaluation.checks import unwritten_elements
+    from tuned.evaluation.guard import poison_sentinel
+
+    dtype = torch.float8_e4m3fn
+    first = torch.full((4,), float("nan")).to(dtype)
+    second = torch.full((4,), poison_sentinel(dtype)).to(dtype)
+    first[:2] = second[:2] = 1.0
+    assert unwritten_elements(first, second) == (
+        "output 0: 2/4 elements never written (poisoned memory survived the call), first at (2,)"
+    )
+    assert poison_sentinel(torch.float16) == 7776.0
+
+
 HELPER_ENTRY = ADD_SOURCE.replace("import torch\n", "import torch\nimport helpers\n", 1).replace(
     "    return out\n", "    return helpers.finish(out)\n", 1
 )

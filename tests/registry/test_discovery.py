@@ -977,3 +977,49 @@ def test_a_block_that_is_a_dimension_itself_is_not_grown() -> None:
         ]
     padded = discover_source(source, "padded")
     assert padded is not None and padded.knobs.get("D") == ("x1", "x2"), padded.knobs
+
+
+GROUP_QUANT_KERNEL = """
+@triton.jit
+def _quant(x_ptr, q_ptr, s_ptr, n, GROUP_SIZE: tl.constexpr, BLOCK_GROUP: tl.constexpr):
+    g = tl.program_id(0) * BLOCK_GROUP + tl.arange(0, BLOCK_GROUP)
+    offs = g[:, None] * GROUP_SIZE + tl.arange(0, GROUP_SIZE)[None, :]
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    s = tl.max(tl.abs(x), axis=1) / 127.0 + 1e-6
+    tl.store(q_ptr + offs, (x / s[:, None]).to(tl.int8), mask=offs < n)
+    tl.store(s_ptr + g, s, mask=g < n // GROUP_SIZE)
+"""
+
+
+@pytest.mark.parametrize("bound", ["local", "parameter"])
+def test_a_size_of_a_returned_tensor_is_not_a_knob(bound: str) -> None:
+    """gemlite's MXFP8 quantizer: ``group_size = 32`` also sizes the scales it returns
+    (``torch.empty((M, K // group_size))``); tuned, every other value changed the shape of
+    an output. A block that only tiles the launch stays a knob, and so does a block that
+    sizes a workspace reduced before it is returned."""
+    signature = "x" if bound == "local" else "x, group_size=32"
+    body = textwrap.dedent(
+        """
+        n = x.numel()
+        pad = (group_size - n % group_size) % group_size
+        q = torch.empty(n, dtype=torch.int8, device=x.device)
+        scales = torch.empty((n + pad) // group_size, device=x.device)
+        BLOCK_GROUP = 4
+        grid = (triton.cdiv(n // group_size, BLOCK_GROUP),)
+        _quant[grid](x, q, scales, n, GROUP_SIZE=group_size, BLOCK_GROUP=BLOCK_GROUP)
+        partial = torch.empty(triton.cdiv(n, BLOCK_GROUP), device=x.device)
+        return q, scales, partial.sum()
+        """
+    )
+    if bound == "local":
+        body = "group_size = 32\n" + body
+    source = HEADER + GROUP_QUANT_KERNEL + f"\n\ndef quantize({signature}):\n"
+    source += textwrap.indent(body, "    ")
+    found = discover_source(source, "quantize")
+    assert found is not None
+    assert "group_size" not in found.knobs and "BLOCK_GROUP" in found.knobs, found.knobs
+    assert any(
+        "group_size (passed as GROUP_SIZE to _quant) sizes scales, which quantize returns"
+        in n.reason
+        for n in found.notices
+    ), found.notices

@@ -46,9 +46,18 @@ def test_a_required_launcher_parameter_is_an_input_not_a_knob() -> None:
     found = discover_source(copied, "run")
     assert found is not None
     assert "BLOCK" not in found.knobs, found.knobs
-    # the same parameter with a default is the launcher's own choice: a knob, as before
+    # with a default it is still what sizes the returned scales (`s = torch.empty(blocks)`):
+    # every other value changed the output's shape, so not a knob either, with a note
     defaulted = QUANTIZER.replace("def run(x, blocksize):", "def run(x, blocksize=64):")
     found = discover_source(defaulted, "run")
+    assert found is not None
+    assert "blocksize" not in found.knobs, found.knobs
+    assert any(
+        "blocksize (passed as BLOCK_SIZE to _absmax) sizes s" in n.reason for n in found.notices
+    )
+    # a default that only tiles the launch (the scales are one per row) is a knob, as before
+    per_row = defaulted.replace("s = torch.empty(blocks,", "s = torch.empty(x.shape[0],")
+    found = discover_source(per_row, "run")
     assert found is not None
     # (the kernel's only block size: its ladder reaches LONE_BLOCK_REACH, 1024)
     assert found.knobs.get("blocksize") == (8, 16, 32, 64, 128, 256, 512, 1024), found.knobs

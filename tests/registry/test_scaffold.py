@@ -130,7 +130,7 @@ def test_add_reads_a_custom_op_s_function_and_stubs_a_bare_star_args(tmp_path: P
     inputs = (tmp_path / "reg" / "add_op" / "entry.py").read_text()
     assert "return (x, y)" in inputs and "NotImplementedError" not in inputs, inputs
     inputs = (tmp_path / "reg" / "add_triton_op" / "entry.py").read_text()
-    assert "Its parameters: x, y, n." in inputs and "n (a int scalar)" in inputs, inputs
+    assert "Its parameters: x, y, n." in inputs and "n (an int scalar)" in inputs, inputs
     stub = (tmp_path / "reg" / "add_any" / "entry.py").read_text()
     assert 'NotImplementedError("TODO(ktuned registry add): make the inputs for *args' in stub
 
@@ -463,6 +463,6 @@ def test_a_number_annotation_wins_over_a_weight_like_name_and_labels_are_indices
     assert 'gamma = rand(shape["V"])' in lines, lines
     assert todo == [
         "beta (a float scalar)",
-        "ignore_index (a int scalar)",
+        "ignore_index (an int scalar)",
         "n_non_ignore (a float scalar)",
     ], todo

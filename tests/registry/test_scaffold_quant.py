@@ -166,3 +166,41 @@ def test_an_fp8_dtype_and_an_object_argument() -> None:
         "weight", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=torch.nn.Parameter
     )
     assert _module_text("pkg.mod.f", [weight], {"N": 8})[1] == []
+
+
+def test_an_annotated_scalar_is_never_drawn_as_a_tensor_by_its_name() -> None:
+    """gemlite's ``gemm_forward(x, W_q, ..., W_nbits: int, output_dtype: int,
+    channel_scale_mode: int, ...)``: the names said weight (``W_``), dtype and scale, and
+    make_inputs drew a 1-D weight, a torch dtype and a tensor of scales for three integers."""
+    import torch
+
+    from tuned.registry.scaffold import _module_text
+
+    def gemm(  # type: ignore[no-untyped-def]
+        x,
+        W_q,
+        scales,
+        W_nbits: int,
+        output_dtype: int,
+        channel_scale_mode: int,
+        w_scale: float,
+        group_size: int,
+    ):
+        raise AssertionError
+
+    params = list(inspect.signature(gemm).parameters.values())
+    text, todo = _module_text("pkg.mod.gemm", params, {"M": 4, "N": 8})
+    assert todo == [
+        "W_nbits (an int scalar)",
+        "output_dtype (an int scalar)",
+        "channel_scale_mode (an int scalar)",
+        "w_scale (a float scalar)",
+        "group_size (an integer size the caller chooses: the value production uses)",
+    ]
+    assert "W_q = rand(" in text and "scales = frand(" in text, text
+
+    def quantize(x: torch.Tensor, w_dtype: torch.dtype) -> None:
+        raise AssertionError
+
+    params = list(inspect.signature(quantize).parameters.values())
+    assert _module_text("pkg.mod.quantize", params, {"N": 8})[1] == []

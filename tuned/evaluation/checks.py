@@ -356,14 +356,14 @@ def unwritten_elements(first: Any, second: Any) -> str | None:
     """
     import torch
 
-    from tuned.evaluation.guard import POISON_SENTINEL
+    from tuned.evaluation.guard import poison_sentinel
 
     for i, (a, b) in enumerate(zip(as_tuple(first), as_tuple(second))):
         if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
             continue
         if not a.is_floating_point() or a.shape != b.shape:
             continue
-        never = torch.isnan(a) & (b == POISON_SENTINEL)
+        never = torch.isnan(a) & (b == poison_sentinel(b.dtype))
         if bool(never.any()):
             first_at = tuple(int(j) for j in torch.nonzero(never)[0].tolist())
             return (

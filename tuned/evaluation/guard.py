@@ -39,9 +39,22 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-__all__ = ["POISON_SENTINEL", "Guard", "TimerSnapshot", "launch_has_work"]
+__all__ = ["POISON_SENTINEL", "Guard", "TimerSnapshot", "launch_has_work", "poison_sentinel"]
 
 POISON_SENTINEL = 7776.0  # exactly representable in float16, bfloat16 and float32
+
+
+def poison_sentinel(dtype: Any) -> float:
+    """The sentinel a floating tensor of ``dtype`` is poisoned with, as that dtype holds it:
+    :data:`POISON_SENTINEL`, or half the largest finite value where that is out of reach
+    (float8_e4m3fn ends at 448: filling 7776 raised "cannot be converted ... without
+    overflow", and every kernel writing float8 into ``torch.empty`` failed as the original)."""
+    import torch
+
+    finite = torch.finfo(dtype).max
+    value = POISON_SENTINEL if finite >= 2 * POISON_SENTINEL else finite / 2
+    return float(torch.tensor(value).to(dtype).float())  # rounded as the dtype stores it
+
 
 _PROCESS_FUNCS = (
     "fork",
@@ -307,7 +320,7 @@ class Guard:
 
         def poisoned(t: torch.Tensor) -> torch.Tensor:
             if t.is_floating_point():
-                t.fill_(POISON_SENTINEL if sentinel else float("nan"))
+                t.fill_(poison_sentinel(t.dtype) if sentinel else float("nan"))
             elif t.dtype == torch.bool:
                 t.fill_(True)
             elif not t.is_complex():  # in range for every integer dtype (int8 ends at 127)

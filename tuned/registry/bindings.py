@@ -12,7 +12,15 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-__all__ = ["Local", "caller_input", "local_bindings", "names_in", "own_nodes", "parameters"]
+__all__ = [
+    "Local",
+    "caller_input",
+    "local_bindings",
+    "names_in",
+    "own_nodes",
+    "parameters",
+    "returned_sizes",
+]
 
 
 def names_in(node: ast.AST) -> set[str]:
@@ -131,3 +139,66 @@ def local_bindings(fn: ast.FunctionDef) -> Local:
                 if item.optional_vars is not None:
                     local.tangled |= names_in(item.optional_vars)
     return local
+
+
+#: Calls that allocate a tensor of the size their positional arguments give (``torch.empty``,
+#: ``x.new_zeros``); ``full`` takes its fill value after the size.
+_ALLOCATORS = frozenset(
+    {"empty", "zeros", "ones", "full", "empty_strided", "rand", "randn"}
+    | {"new_empty", "new_zeros", "new_ones", "new_full"}
+)
+
+
+def returned_sizes(fn: ast.FunctionDef) -> dict[str, tuple[str, int]]:
+    """Name -> (a tensor ``fn`` returns, the line that allocates it), for the names the size
+    of that tensor is computed from, through ``fn``'s own assignments: ``scales =
+    torch.empty((M_padded, K // group_size))`` then ``return out, scales`` (gemlite's MXFP8
+    quantizer) makes ``group_size`` part of an output's shape, a choice of the math rather
+    than a knob (every other value changes the shape of what the launcher returns). Only
+    tensors returned as they are (``return out, scales``) count: a workspace sized by a
+    block and reduced before it is returned (``partial.sum(0)``) does not."""
+    returned: set[str] = set()
+    reads: dict[str, set[str]] = {}  # name -> the names its assignments read
+    allocated: dict[str, list[tuple[ast.expr, int]]] = {}
+    for node in own_nodes(fn):
+        if isinstance(node, ast.Return) and node.value is not None:
+            value = node.value
+            elts = value.elts if isinstance(value, (ast.Tuple, ast.List)) else [value]
+            returned |= {e.id for e in elts if isinstance(e, ast.Name)}
+        targets: list[ast.expr] = []
+        value_node: ast.expr | None = None
+        line = getattr(node, "lineno", 0)
+        if isinstance(node, ast.Assign):
+            targets, value_node = node.targets, node.value
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+            targets, value_node = [node.target], node.value
+        if value_node is None:
+            continue
+        for target in targets:
+            for name in (n.id for n in ast.walk(target) if isinstance(n, ast.Name)):
+                reads.setdefault(name, set()).update(names_in(value_node))
+            call = value_node
+            if (
+                isinstance(target, ast.Name)
+                and isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Attribute)
+                and call.func.attr in _ALLOCATORS
+            ):
+                sizes = call.args[:1] if call.func.attr.endswith("full") else call.args
+                sizes = [*sizes, *(k.value for k in call.keywords if k.arg == "size")]
+                for size in sizes:
+                    allocated.setdefault(target.id, []).append((size, line))
+    found: dict[str, tuple[str, int]] = {}
+    for tensor in sorted(returned & set(allocated)):
+        for size, line in allocated[tensor]:
+            todo = list(names_in(size))
+            seen: set[str] = set()
+            while todo:
+                name = todo.pop()
+                if name in seen:
+                    continue
+                seen.add(name)
+                todo.extend(reads.get(name, ()))
+            for name in seen:
+                found.setdefault(name, (tensor, line))
+    return found

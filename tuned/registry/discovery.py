@@ -38,7 +38,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tuned.registry.autotune import AUTO, AutotuneSpace, autotune_space, autotune_values
-from tuned.registry.bindings import Local, caller_input, local_bindings, names_in, parameters
+from tuned.registry.bindings import (
+    Local,
+    caller_input,
+    local_bindings,
+    names_in,
+    parameters,
+    returned_sizes,
+)
 from tuned.registry.call_graph import imported_callees, reachable
 from tuned.registry.kernel_facts import KernelFacts, kernel_facts
 from tuned.registry.kernel_sources import (
@@ -377,6 +384,14 @@ class _Finder:
             return
         name = expr.id
         params = parameters(fn)
+        shaped = returned_sizes(fn).get(name) if fn in self.launchers else None
+        if shaped is not None and knob_rule({target, name}, 1) is not None:
+            self.note(
+                expr,
+                f"{name} (passed as {target} to {kernel.name}) sizes {shaped[0]}, which "
+                f"{fn.name} returns (line {shaped[1]}): part of the output's shape, not tuned",
+            )
+            return
         if name in local.tangled:
             if knob_rule({target, name}, 1) is not None:
                 self.note(

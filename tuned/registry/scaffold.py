@@ -436,16 +436,18 @@ def _plan_inputs(
             lines.append(f"{var} = 1e-6")
         elif (_DTYPE.match(p.name) or _is_dtype(p.annotation)) and _FP8.search(p.name):
             lines.append(f"{var} = torch.float8_e4m3fn")
-        elif _DTYPE.match(p.name) or _is_dtype(p.annotation):
+        elif (_DTYPE.match(p.name) and not _scalar(p.annotation)) or _is_dtype(p.annotation):
             lines.append(f"{var} = dtype if dtype.is_floating_point else torch.float32")
+        elif _SIZE_ARG.search(p.name) and _scalar(p.annotation):
+            todo.append(f"{p.name} (an integer size the caller chooses: the value production uses)")
+            continue
+        elif _scalar(p.annotation):  # annotated `int`, `float`, `bool`, `str`: never a tensor,
+            # whatever its name says (gemlite's `W_nbits: int`, `channel_scale_mode: int`)
+            todo.append(f"{p.name} ({_scalar(p.annotation)})")
+            continue
         elif p.name in outputs:  # written by the launcher: zeros of the output's dtype
             lines.append(f"{var} = torch.zeros({full}, dtype={out_dtype}, device=device)")
             tensors.add(p.name)
-        elif _scalar_type(p.annotation) and not _SIZE_ARG.search(p.name):
-            # stated as a number, whatever its name says (Liger's JSD `beta: float`, the
-            # mixing weight, was drawn as a weight tensor)
-            todo.append(f"{p.name} (a {_scalar_type(p.annotation)} scalar)")
-            continue
         elif _SCALE.search(p.name):
             lines.append(f"{var} = frand({last if weight(p.name) else full}).abs()")
             tensors.add(p.name)
@@ -459,9 +461,6 @@ def _plan_inputs(
         elif weight(p.name):
             lines.append(f"{var} = rand({last})")
             tensors.add(p.name)
-        elif p.annotation in (bool, "bool", str, "str"):
-            todo.append(f"{p.name} (a flag or mode: choose the value production uses)")
-            continue
         elif _other_type(p.annotation):
             what = getattr(p.annotation, "__name__", p.annotation)
             todo.append(f"{p.name} (a {what}: build the value production passes)")
@@ -524,13 +523,15 @@ def _known_scalar(name: str, last: str) -> str:
     return ""
 
 
-def _scalar_type(annotation: object) -> str:
-    """``int`` or ``float`` where the annotation is that number type (the type, or its name in
-    a postponed annotation), else ""."""
+def _scalar(annotation: object) -> str:
+    """What make_inputs' TODO says of a parameter annotated as a Python scalar (``int``,
+    ``float``, ``bool``, ``str``, or their names in a postponed annotation); "" otherwise."""
     if annotation in (int, "int"):
-        return "int"
+        return "an int scalar"
     if annotation in (float, "float"):
-        return "float"
+        return "a float scalar"
+    if annotation in (bool, "bool", str, "str"):
+        return "a flag or mode: choose the value production uses"
     return ""
 
 
