@@ -49,12 +49,11 @@ from tuned.registry.bindings import (
 from tuned.registry.call_graph import imported_callees, reachable
 from tuned.registry.kernel_facts import KernelFacts, kernel_facts
 from tuned.registry.kernel_sources import (
-    MAX_SOURCE_BYTES,
     imported_kernels,
     launch_site,
     launched_name,
     launcher_functions,
-    locate_launcher,
+    located_source,
     module_functions,
 )
 from tuned.registry.knob_values import (
@@ -698,16 +697,10 @@ def _launches_knobs(dotted: str) -> bool | None:
     when its module cannot be read (not on the path, too large, not text)."""
     if _FOLLOWING.get():
         return None
-    located = locate_launcher(dotted)
-    if located is None:
+    found_source = located_source(dotted)
+    if found_source is None:
         return None
-    module, qualname, path = located
-    try:
-        if path.stat().st_size > MAX_SOURCE_BYTES:
-            return None
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
+    module, qualname, _, text = found_source
     token = _FOLLOWING.set(True)
     try:
         found = discover_source(text, qualname, module)

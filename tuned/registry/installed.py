@@ -20,7 +20,7 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuned.registry.kernel_sources import MAX_SOURCE_BYTES, locate_launcher
+from tuned.registry.kernel_sources import located_source
 
 __all__ = ["InstalledLauncher", "absolute_path", "find_installed", "package_of"]
 
@@ -92,14 +92,8 @@ def find_installed(
     dotted = absolute_path(tree, launcher)
     if dotted is None or dotted.split(".")[0] in local:
         return None
-    located = locate_launcher(dotted)
-    if located is None:
+    found = located_source(dotted)
+    if found is None:
         return None
-    module, qualname, path = located
-    try:
-        if path.stat().st_size > MAX_SOURCE_BYTES:
-            return None
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
+    module, qualname, path, text = found
     return InstalledLauncher(module=module, qualname=qualname, path=path, source=text)

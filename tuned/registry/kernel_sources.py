@@ -30,6 +30,7 @@ __all__ = [
     "launched_name",
     "launcher_functions",
     "locate_launcher",
+    "located_source",
     "module_functions",
     "module_statements",
     "only_raises",
@@ -253,6 +254,22 @@ def locate_launcher(
             return found
         found = (target[0], target[1], path)
     return None
+
+
+def located_source(dotted: str) -> tuple[str, str, Path, str] | None:
+    """:func:`locate_launcher` on the import path, with the module file's text; None when it
+    is not found, larger than ``MAX_SOURCE_BYTES`` or not UTF-8 text."""
+    located = locate_launcher(dotted)
+    if located is None:
+        return None
+    module, qualname, path = located
+    try:
+        if path.stat().st_size > MAX_SOURCE_BYTES:
+            return None
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    return module, qualname, path, text
 
 
 def _exact_module_file(module: str, search: Sequence[str]) -> Path | None:
