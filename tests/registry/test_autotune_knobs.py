@@ -578,3 +578,79 @@ def test_a_module_level_name_bound_by_code_still_gets_the_note() -> None:
         assert found is not None and "BLOCK" not in found.knobs
         (note,) = [n.reason for n in found.notices]
         assert "it stopped at the name `BLOCKS`" in note, note
+
+
+SETTING_ALIASES = """
+IS_HIP = torch.version.hip is not None
+AUTOTUNE_SETTING = "fast"
+
+
+def get_max_config_nvidia():
+    configs = []
+    for w in [2, 4]:
+        for b in [64, 1024]:
+            configs.append(triton.Config({"BLOCK": b}, num_warps=w))
+    return configs
+
+
+def get_fast_config_nvidia():
+    return [triton.Config({"BLOCK": 128}, num_warps=4)]
+
+
+def get_default_config_nvidia():
+    config = triton.Config({"BLOCK": 256}, num_warps=8)
+    return [config]
+
+
+def get_default_config_amd():
+    return [triton.Config({"BLOCK": 999}, num_warps=1)]
+
+
+if IS_HIP:
+    get_max_config = get_default_config_amd
+    get_fast_config = get_default_config_amd
+    get_default_config = get_default_config_amd
+else:
+    get_max_config = get_max_config_nvidia
+    get_fast_config = get_fast_config_nvidia
+    get_default_config = get_default_config_nvidia
+
+if AUTOTUNE_SETTING == "max":
+    get_autotune_config = get_max_config
+elif AUTOTUNE_SETTING == "fast":
+    get_autotune_config = get_fast_config
+else:
+    get_autotune_config = get_default_config
+"""
+
+
+def test_configs_behind_aliases_chosen_by_a_setting_are_every_branchs(tmp_path: Path) -> None:
+    """gemlite binds ``get_autotune_config`` to one of three helpers by a setting read at
+    import (``if AUTOTUNE_SETTING == 'max': ... elif 'fast': ... else: ...``), each an alias
+    chosen by ``if IS_HIP:``: discovery stopped at the alias and its GEMM and GEMV kernels had
+    no space. Every NVIDIA branch's configurations are now the space; AMD's are not."""
+    configs = """[
+        triton.Config({"BLOCK": 128}, num_warps=4),
+        triton.Config({"BLOCK": 512}, num_warps=8, num_stages=2),
+    ]"""
+    source = AUTOTUNED.replace(configs, "get_autotune_config()").replace(
+        "@triton.autotune(", f"{SETTING_ALIASES}\n\n@triton.autotune(", 1
+    )
+    found = discover_source(source, "run")
+    assert found is not None and not found.notices, found.notices
+    space = found.sites["BLOCK"][0].autotune
+    assert space is not None
+    assert {(c["BLOCK"], c["num_warps"]) for c in space.configs} == {
+        (64, 2),
+        (1024, 2),
+        (64, 4),
+        (1024, 4),
+        (128, 4),
+        (256, 8),
+    }
+    assert 999 not in found.knobs["BLOCK"] and found.baseline["BLOCK"] == AUTO
+    variant, _ = materialize(source, "run", {"BLOCK": 256, "num_warps": 2, "num_stages": 1})
+    assert "configs=[triton.Config({'BLOCK': 256}, num_warps=2, num_stages=1)]," in variant
+    copy = _import(tmp_path, variant, "ktuned_autotune_setting_aliases")
+    x = torch.randn(1000)
+    torch.testing.assert_close(copy.run(x), x * 3)

@@ -9,7 +9,9 @@ returns such lists); anything else gets a note naming the statement discovery st
 Where the source chooses by platform (``if is_cuda(): ... else: ...``, ``[...] if is_amd
 else [...]``, at module level or in the helper), NVIDIA's side is read: ktuned tunes on
 NVIDIA GPUs (:func:`nvidia_branch`); a module-level choice on a test it does not recognize
-gives the union of both lists. One knob per key of the configs' dicts,
+gives the union of both lists; so does a config function bound by module-level aliases on
+such a test (gemlite: ``if AUTOTUNE_SETTING == 'max': get_autotune_config = get_max_config
+elif ...``), over the branches it can read. One knob per key of the configs' dicts,
 plus ``num_warps`` and ``num_stages``. Each knob's values are the configs' values, their
 neighbours and the rest of the ladder between them (:func:`autotune_values`). A candidate pins
 one configuration: the decorator's ``configs`` becomes a list of that single ``Config``
@@ -354,7 +356,8 @@ def _holds_configs(node: ast.expr, module: ast.Module | None) -> bool:
     ``node`` spells a ``Config(...)`` call or calls a function of the module without
     arguments (``configs = get_cuda_configs()``)."""
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.args:
-        return _function(node.func.id, module) is not None
+        name = node.func.id
+        return _function(name, module) is not None or bool(_aliases(name, module))
     return any(_is_config(n) for n in ast.walk(node) if isinstance(n, ast.expr))
 
 
@@ -432,7 +435,15 @@ def _built(fn: ast.FunctionDef, module: ast.Module | None, consts: _Consts) -> l
             elif isinstance(stmt, ast.Return) and stmt.value is not None:
                 if isinstance(stmt.value, ast.Name) and stmt.value.id in lists:
                     return lists[stmt.value.id]
-                return _pairs(stmt.value, module, env, consts)
+                value = stmt.value
+                if isinstance(value, (ast.List, ast.Tuple)) and any(
+                    isinstance(e, ast.Name) and e.id in made for e in value.elts
+                ):  # `config = triton.Config(...)`, `return [config]` (gemlite's GEMV default)
+                    return [
+                        made[e.id] if isinstance(e, ast.Name) and e.id in made else (e, dict(env))
+                        for e in value.elts
+                    ]
+                return _pairs(value, module, env, consts)
             else:
                 first = ast.unparse(stmt).splitlines()[0][:60]
                 raise _Unreadable(f"line {stmt.lineno}, in {fn.name}(): `{first}`")
@@ -449,7 +460,12 @@ def _is_config(node: ast.expr) -> bool:
 
 
 def _pairs(
-    node: ast.expr, module: ast.Module | None, env: dict[str, object], consts: _Consts
+    node: ast.expr,
+    module: ast.Module | None,
+    env: dict[str, object],
+    consts: _Consts,
+    *,
+    hops: int = 0,
 ) -> list[_Pair]:
     node = _resolved(node, module)
     if isinstance(node, (ast.List, ast.Tuple)):
@@ -464,7 +480,45 @@ def _pairs(
         fn = _function(node.func.id, module)
         if fn is not None:
             return _built(fn, module, consts)
+        aliases = _aliases(node.func.id, module)
+        if aliases and hops < _ALIAS_HOPS:  # each branch's configurations: the union of
+            out: list[_Pair] = []  # those it can read (gemlite's "max" branch: 8,000)
+            unread: list[_Unreadable] = []
+            for alias in aliases:
+                call = ast.Call(func=ast.Name(id=alias, ctx=ast.Load()), args=[], keywords=[])
+                try:
+                    out += _pairs(call, module, env, consts, hops=hops + 1)
+                except _Unreadable as exc:
+                    unread.append(exc)
+            if out or not unread:
+                return out
+            raise unread[0]
     raise _Unreadable(f"`{ast.unparse(node)[:60]}`")
+
+
+#: Hops through module-level aliases of a configs function (``get_configs = get_fast``).
+_ALIAS_HOPS = 4
+
+
+def _aliases(name: str, module: ast.Module | None) -> list[str]:
+    """The functions a module-level ``name = other`` binds ``name`` to, in order: one, or one
+    per branch of a test that is not a platform's (gemlite's ``if AUTOTUNE_SETTING == 'max':
+    get_autotune_config = get_max_autotune_config elif ...: ... else: ...``, whose setting is
+    read at import: every branch's configurations are configurations the autotuner may run).
+    A platform test keeps NVIDIA's side only (:func:`_statements`)."""
+    if module is None:
+        return []
+    out: list[str] = []
+    for stmt in _statements(module):
+        if (
+            isinstance(stmt, ast.Assign)
+            and isinstance(stmt.value, ast.Name)
+            and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets)
+            and stmt.value.id != name
+            and stmt.value.id not in out
+        ):
+            out.append(stmt.value.id)
+    return out
 
 
 def _configs(
