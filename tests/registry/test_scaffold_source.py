@@ -336,3 +336,35 @@ def test_an_input_asserted_to_have_an_inputs_shape_is_drawn_with_it() -> None:
     assert gate("    assert b.shape == g.shape\n") == 'g_ = rand(shape["K"])'  # two weights
     # read as 2-D (rwkv6's decay `w`, unpacked `B, T, H, K = w.shape` where it is used)
     assert gate("    T, K = g.shape\n") == 'g_ = rand(shape["T"], shape["K"])'
+
+
+def test_dimensions_named_one_by_one_draw_the_tensor_with_those_names() -> None:
+    """gemlite's GEMM reads ``M, K, N = x.shape[0], x.shape[1], W_q.shape[1]``: with
+    ``--shape M=..,K=..,N=..``, ``x`` was drawn 3-D (every dimension of the shape, in order)
+    where the launcher reads it as ``(M, K)``. A tensor whose read dimensions are each bound
+    to a name is drawn with those names; one with a dimension left unnamed as before."""
+    import ast
+    import inspect
+
+    from tuned.registry.scaffold import infer_inputs
+    from tuned.registry.scaffold_source import shape_reads
+
+    fn = ast.parse(
+        textwrap.dedent(
+            """
+            def gemm(x, W_q, y):
+                M, K, N = x.shape[0], x.shape[1], W_q.shape[1]
+                rows = y.size(0)
+                cols = y.shape[1]
+                return x
+            """
+        )
+    ).body[0]
+    assert isinstance(fn, ast.FunctionDef)
+    reads = shape_reads(fn)
+    assert reads["x"].names == ("M", "K") and reads["y"].names == ("rows", "cols")
+    assert reads["W_q"].names == () and reads["W_q"].rank == 2  # dimension 0: no name
+    params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in ("x", "W_q")]
+    lines, todo = infer_inputs(params, {"M": 16, "K": 64, "N": 32}, reads=reads)
+    assert not todo and 'x = rand(shape["M"], shape["K"])' in lines, lines
+    assert 'W_q = rand(shape["M"], shape["K"], shape["N"])' in lines, lines

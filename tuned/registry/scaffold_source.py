@@ -87,6 +87,8 @@ def shape_reads(fn: ast.FunctionDef) -> dict[str, ShapeRead]:
     "not enough values to unpack" (99 of TritonBench-G's 159 valid entries)."""
     names = {a.arg for a in [*fn.args.posonlyargs, *fn.args.args]}
     found: dict[str, ShapeRead] = {}
+    #: parameter -> dimension -> (the name a statement binds it to, its line, its text)
+    named: dict[str, dict[int, tuple[str, int, str]]] = {}
 
     def shape_of(node: ast.expr) -> str | None:
         if isinstance(node, ast.Attribute) and node.attr == "shape":
@@ -155,6 +157,21 @@ def shape_reads(fn: ast.FunctionDef) -> dict[str, ShapeRead]:
             if prior is None or not prior.names:  # (an assertion only gave its peers)
                 found[owner] = dataclasses.replace(read, same_as=prior.same_as if prior else ())
             continue
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+            # `M = x.shape[0]`, `M, K, N = x.shape[0], x.shape[1], w.shape[1]`: which name
+            # each dimension gets (gemlite's GEMM; drawn 3-D from a three-name --shape)
+            target, value = stmt.targets[0], stmt.value
+            pairs = [(target, value)]
+            if (
+                isinstance(target, (ast.Tuple, ast.List))
+                and isinstance(value, ast.Tuple)
+                and len(target.elts) == len(value.elts)
+            ):
+                pairs = list(zip(target.elts, value.elts))
+            for t, v in pairs:
+                hit = indexed(v)
+                if isinstance(t, ast.Name) and hit is not None:
+                    named.setdefault(hit[0], {}).setdefault(hit[1], (t.id, stmt.lineno, text))
         for node in ast.walk(stmt):
             hit = indexed(node)
             if hit is not None:
@@ -163,6 +180,14 @@ def shape_reads(fn: ast.FunctionDef) -> dict[str, ShapeRead]:
                 if seen is None or (not seen.names and seen.rank < index + 1):
                     same = seen.same_as if seen else ()
                     found[name] = ShapeRead(index + 1, (), stmt.lineno, text, same)
+    for owner, dims in named.items():  # every dimension up to the last read named: those
+        seen = found.get(owner)
+        if seen is None or seen.names or sorted(dims) != list(range(seen.rank)):
+            continue
+        first = dims[0]
+        found[owner] = dataclasses.replace(
+            seen, names=tuple(dims[i][0] for i in range(seen.rank)), line=first[1], text=first[2]
+        )
     return found
 
 
