@@ -4,6 +4,9 @@ entry written then checks and runs."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -307,3 +310,66 @@ def test_add_keeps_the_named_buffer_beside_the_stored_ones(site: Path) -> None:
     assert "outputs: [out, lse]" in (entry / "kernel.yaml").read_text()
     inputs = (entry / "entry.py").read_text()
     assert "out = torch.zeros(" in inputs and 'lse = rand(shape["N"])' in inputs
+
+
+IN_PLACE_AND_LOSS = textwrap.dedent(
+    """
+    import torch
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def _grad_and_loss(x_ptr, loss_ptr, dx_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        x = tl.load(x_ptr + offs, mask=m)
+        tl.store(loss_ptr + offs, x * x, mask=m)
+        tl.store(dx_ptr + offs, 2 * x, mask=m)
+
+
+    def loss_and_grad(student, teacher):
+        n = student.numel()
+        loss = torch.zeros_like(student)
+        _grad_and_loss[(triton.cdiv(n, 256),)](
+            x_ptr=student, loss_ptr=loss, dx_ptr=student, n=n, BLOCK=256
+        )
+        return loss, student
+    """
+)
+
+
+def test_add_declares_an_argument_written_in_place_and_returned_beside_a_loss(
+    site: Path,
+) -> None:
+    """Liger's JSD primitive writes its gradient into ``student_prob`` and returns it beside
+    the loss: its entry failed at once ("output 1 shares memory with input 0, which the call
+    changed"); ``registry add`` now declares the argument its kernels store into, with a note
+    that its other return values are not compared, and the entry tunes."""
+    entry = _add(site, "inplace_loss", IN_PLACE_AND_LOSS, "loss_and_grad", {"N": 1000})
+    yaml = (entry / "kernel.yaml").read_text()
+    assert "outputs: [student]  # the launcher writes these in place" in yaml, yaml
+    flat = " ".join(line.lstrip("# ") for line in yaml.splitlines())
+    assert "what it writes is compared and its other return values are not" in flat, yaml
+    root = Path(__file__).resolve().parents[2]
+    state = str(site.parent / "state")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tuned.cli",
+            "tune",
+            str(entry),
+            "--budget",
+            "2",
+            "--state-dir",
+            state,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(site)])},
+        cwd=root,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "the original fails" not in done.stdout and "none" in done.stdout, done.stdout

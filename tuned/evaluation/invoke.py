@@ -17,8 +17,9 @@ What the call returns is a tuple of tensors (:func:`call`):
 
 - ``outputs`` declared (argument positions or parameter names the launcher writes, in place or
   into a provided buffer): those arguments are fresh copies made for this call, and after the
-  call they are the outputs, in the declared order (the launcher's return value is ignored; a
-  reference may return its outputs instead, or write them the same way);
+  call they are the outputs, in the declared order (the launcher's return value is ignored; an
+  entry's own reference may return its outputs instead, or write them the same way; the
+  launcher standing in as the reference gives what it wrote);
 - otherwise the return value (a tensor, or a tuple/list of them). ``None`` without declared
   outputs is an invalid entry (:class:`CaseFailure` ``rejected_static``), never a vacuous pass;
 - ``backward`` declared: the listed floating-point inputs are fresh leaf copies that require
@@ -301,6 +302,9 @@ class EntryCall:
     #: Whether the inputs ``fields.keywords`` names go by keyword (the launcher's; an entry's
     #: own ``reference`` takes every input by position).
     by_keyword: bool = True
+    #: The entry's own ``reference`` (not the launcher at its baseline): with ``outputs``
+    #: declared, what it returns is its outputs, where the launcher's are what it wrote.
+    own_reference: bool = False
     _instances: dict[Any, Any] = field(default_factory=dict)
 
     def at(self, dims: Mapping[str, int] | None = None) -> Callable[..., tuple[Any, ...]]:
@@ -422,6 +426,7 @@ def entry_call(namespace: ModuleType, kernel: Mapping[str, Any], *, role: str) -
             namespace=namespace,
             names=names,
             by_keyword=False,
+            own_reference=True,
         )
     target = resolve(namespace, str(kernel["launcher"]), "launcher")
     if not callable(target):
@@ -500,7 +505,10 @@ def call(
             args[i] = x.detach().clone().requires_grad_(True)
     with torch.enable_grad() if wanted else torch.no_grad():
         returned = entry.invoke(args, knobs, dims or {})
-    if written and not (entry.role == "reference" and returned is not None):
+    # The launcher as the reference follows the launcher's rule: a launcher that writes its
+    # declared outputs and also returns other values (Liger's JSD primitive returns the loss
+    # beside the gradient it wrote) was compared on what it wrote against what it returned.
+    if written and not (entry.own_reference and returned is not None):
         outs: tuple[Any, ...] = tuple(args[i] for i in written)
     elif returned is None:
         if entry.role == "reference" and not wanted:

@@ -266,10 +266,11 @@ def returns_nothing(fn: ast.FunctionDef) -> bool:
     return True
 
 
-def returned_parameters(fn: ast.FunctionDef) -> list[str]:
+def returned_parameters(fn: ast.FunctionDef, *, beside: bool = False) -> list[str]:
     """The parameters without a default that every ``return`` of ``fn`` gives back, in order
     (``return quantized_out, absmax``: buffers the launcher writes and returns); empty when a
-    return gives anything else, a parameter is rebound, or the returns disagree."""
+    return gives anything else, a parameter is rebound, or the returns disagree. With
+    ``beside``, those it gives back beside other values too (``return loss, student_prob``)."""
     args = [*fn.args.posonlyargs, *fn.args.args]
     required = {a.arg for a in args[: len(args) - len(fn.args.defaults)]}
     required |= {  # keyword-only without a default (FlagGems' ``*, out0``)
@@ -290,6 +291,8 @@ def returned_parameters(fn: ast.FunctionDef) -> list[str]:
         stack.extend(ast.iter_child_nodes(node))
     if not found or any(f != found[0] for f in found):
         return []
+    if beside:
+        return [name for name in found[0] if name in required]
     return found[0] if all(name in required for name in found[0]) else []
 
 

@@ -310,6 +310,15 @@ def _written(target: Any) -> tuple[bool, list[str]]:
     return returns_nothing(fn), returned_parameters(fn)
 
 
+def _returned_beside(target: Any) -> list[str]:
+    """The parameters the launcher returns beside other values (Liger's JSD primitive:
+    ``return loss, student_prob``, the gradient written into ``student_prob``)."""
+    from tuned.registry.launchers import returned_parameters
+
+    fn = _launcher_def(target)
+    return [] if fn is None else returned_parameters(fn, beside=True)
+
+
 def _signature_params(target: Any) -> list[inspect.Parameter]:
     """The parameters that receive inputs (``ctx``/``self`` left out)."""
     owner = _function_class(target)
@@ -778,8 +787,22 @@ def add_entry(
             initial_indent="# ",
             subsequent_indent="# ",
         )
+    why = "returns nothing" if writes else "returns these arguments"
+    beside = [] if (writes or returned or target is None) else _returned_beside(target)
+    inplace = _stored_outputs(path, params, tensors) if beside else {}
+    if not outputs and (written := [n for n in beside if n in inplace]):
+        # The call changes an input it also returns: refused as an output sharing memory
+        # with an input it changed unless declared, and declared, its return is not compared.
+        outputs, why = written, "writes these in place"
+        yaml += textwrap.wrap(
+            f"The launcher writes {', '.join(written)} in place (its kernels store into "
+            "it) and returns it beside other values: declared as the outputs, so what it "
+            "writes is compared and its other return values are not. Check it.",
+            width=92,
+            initial_indent="# ",
+            subsequent_indent="# ",
+        )
     if outputs:
-        why = "returns nothing" if writes else "returns these arguments"
         yaml.append(f"outputs: [{', '.join(outputs)}]  # the launcher {why}")
     elif writes:
         todo.append("outputs (the launcher returns nothing: list the arguments it writes)")
