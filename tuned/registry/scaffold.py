@@ -789,7 +789,9 @@ def add_entry(
         )
     why = "returns nothing" if writes else "returns these arguments"
     beside = [] if (writes or returned or target is None) else _returned_beside(target)
-    inplace = _stored_outputs(path, params, tensors) if beside else {}
+    inplace = (
+        {*_stored_outputs(path, params, tensors), *written_outputs(params)} if beside else set()
+    )
     if not outputs and (written := [n for n in beside if n in inplace]):
         # The call changes an input it also returns: refused as an output sharing memory
         # with an input it changed unless declared, and declared, its return is not compared.
