@@ -302,9 +302,10 @@ class EntryCall:
     #: Whether the inputs ``fields.keywords`` names go by keyword (the launcher's; an entry's
     #: own ``reference`` takes every input by position).
     by_keyword: bool = True
-    #: The entry's own ``reference`` (not the launcher at its baseline): with ``outputs``
-    #: declared, what it returns is its outputs, where the launcher's are what it wrote.
-    own_reference: bool = False
+    #: The launcher standing in as the reference (the entry has none): with ``outputs``
+    #: declared it gives what it wrote, as the launcher does; a reference of its own may
+    #: return its outputs instead.
+    launcher_as_reference: bool = False
     _instances: dict[Any, Any] = field(default_factory=dict)
 
     def at(self, dims: Mapping[str, int] | None = None) -> Callable[..., tuple[Any, ...]]:
@@ -426,14 +427,18 @@ def entry_call(namespace: ModuleType, kernel: Mapping[str, Any], *, role: str) -
             namespace=namespace,
             names=names,
             by_keyword=False,
-            own_reference=True,
         )
     target = resolve(namespace, str(kernel["launcher"]), "launcher")
     if not callable(target):
         raise _invalid("launcher", f"{kernel['launcher']!r} is not callable")
     defaults = dict(kernel.get("baseline_knobs", {})) if role == "reference" else {}
     return EntryCall(
-        target=target, fields=fields, role=role, default_knobs=defaults, namespace=namespace
+        target=target,
+        fields=fields,
+        role=role,
+        default_knobs=defaults,
+        namespace=namespace,
+        launcher_as_reference=role == "reference",
     )
 
 
@@ -508,7 +513,8 @@ def call(
     # The launcher as the reference follows the launcher's rule: a launcher that writes its
     # declared outputs and also returns other values (Liger's JSD primitive returns the loss
     # beside the gradient it wrote) was compared on what it wrote against what it returned.
-    if written and not (entry.own_reference and returned is not None):
+    own_reference = entry.role == "reference" and not entry.launcher_as_reference
+    if written and not (own_reference and returned is not None):
         outs: tuple[Any, ...] = tuple(args[i] for i in written)
     elif returned is None:
         if entry.role == "reference" and not wanted:
