@@ -19,7 +19,7 @@ import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tuned.registry.kernel_sources import MAX_SOURCE_BYTES, locate_launcher
+from tuned.registry.kernel_sources import located_source
 from tuned.registry.launchers import launcher_definition, returns_nothing
 from tuned.registry.problems import Problems
 from tuned.registry.source import outline_module
@@ -262,16 +262,10 @@ def signature_from_source(dotted: str) -> SourceSignature | None:
     """The signature of the launcher at ``dotted`` read from its module file on the import
     path, or None: no module file, unreadable, or the path does not name a ``def``, an
     autograd Function's ``apply``, a method or a class with ``forward`` in it."""
-    located = locate_launcher(dotted)
-    if located is None:
+    found = located_source(dotted)
+    if found is None:
         return None
-    _, qualname, path = located
-    try:
-        if path.stat().st_size > MAX_SOURCE_BYTES:
-            return None
-        source = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
+    _, qualname, path, source = found
     outline = outline_module(source, path, Problems(path))
     if outline is None:
         return None
