@@ -348,6 +348,33 @@ def _return_device_memory(device: str) -> None:
             torch.cuda.empty_cache()
 
 
+def _context_lost(device: str) -> str | None:
+    """Why this process's CUDA context is unusable, or ``None`` when it still works. A fault
+    is sticky: every later CUDA call of the process fails with it. The judge runs the
+    original as the reference, and Triton reports a fault at its next launch as
+    ``RuntimeError: Triton Error [CUDA]: ...``, which
+    :func:`~tuned.evaluation.checks.classify_exception` does not take for one
+    (``invalid argument`` there is a bad grid, not a lost context):
+    on the H200, one TritonBench-G original's fault (``operation not supported on
+    global/shared address space``) left its judge in place, and the originals of the next 22
+    kernels failed there in 0.1 s each, as runtime errors of their own. So after every
+    request the device is asked directly, whatever the request's outcome said."""
+    if device != "cuda":
+        return None
+    import torch
+
+    try:
+        torch.cuda.synchronize()
+        probe = torch.ones(1, device="cuda").add_(1)
+        if probe.item() != 2.0:
+            return "CUDA fault: the device computed 1 + 1 wrong; this worker retires"
+    except Exception as exc:  # noqa: BLE001 - whatever the fault, the context is gone
+        first = (f"{type(exc).__name__}: {exc}".strip().splitlines() or [""])[0]
+        print(f"the CUDA context is lost ({first}); this worker retires", file=sys.stderr)
+        return f"CUDA fault left the context unusable: {short(first)}"
+    return None
+
+
 #: Device memory a judge may hold between requests beyond its cached cases and its own
 #: runner's arena before it retires (e.g. what runners killed while mapping an arena left).
 STRAY_BYTES = 4 << 30
@@ -406,6 +433,9 @@ def _serve(
             abandon = functools.partial(_taken_for_another, channel, name)
             answer = prepare(request, loader, device, pool, cache, turn, abandon)
             _return_device_memory(device)
+            lost = None if answer.get("fatal") else _context_lost(device)
+            if lost:  # what it made is on a device this process can no longer use
+                answer = {**answer, "ok": False, "fatal": True, "reason": lost}
             channel.send(answer)
             if answer.get("fatal"):
                 return  # e.g. a CUDA fault: the context is unusable, the client starts another
@@ -413,7 +443,12 @@ def _serve(
         once = functools.partial(evaluate, request, loader, device, channel.send, pool, cache, turn)
         result, fatal = retry_out_of_memory(once(), once, device, cache)
         _return_device_memory(device)
-        if not fatal and _holds_stray_memory(device, cache, pool):
+        lost = None if fatal else _context_lost(device)
+        if lost:
+            fatal = True  # this worker retires; a spare takes over
+            if result.get("outcome") == "runtime_error":  # a CUDA fault: as classified
+                result = {**result, "outcome": "crash", "reason": f"{lost}; {result['reason']}"}
+        elif not fatal and _holds_stray_memory(device, cache, pool):
             fatal = True  # this worker retires; a spare takes over (the result stands)
         # "request": the client's number of the request, echoed (a result must name its own).
         answer = {"type": "result", "request": request.get("request"), "result": result}
