@@ -716,7 +716,7 @@ def add_entry(
                 "by hand (docs/registry.md)"
             ) from failed
         target, params, writes = None, list(read.params), read.returns_nothing
-        returned: list[str] = []
+        returned = list(read.returned)  # an argument written in place and returned
         flags, objects, reads = read.flags, read.objects, read.shapes
         note = (
             f"{failed}; its signature was read from the source instead. The worker imports "

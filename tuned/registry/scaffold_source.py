@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tuned.registry.kernel_sources import located_source
-from tuned.registry.launchers import launcher_definition, returns_nothing
+from tuned.registry.launchers import launcher_definition, returned_parameters, returns_nothing
 from tuned.registry.problems import Problems
 from tuned.registry.source import outline_module
 
@@ -43,6 +43,7 @@ class SourceSignature:
 
     params: tuple[inspect.Parameter, ...]  # the inputs' parameters (``ctx``/``self`` left out)
     returns_nothing: bool
+    returned: tuple[str, ...]  # parameters every return gives back (:func:`returned_parameters`)
     flags: frozenset[str]  # parameters tested as conditions (:func:`tested_params`)
     objects: Mapping[str, str]  # parameters read as objects (:func:`object_params`)
     shapes: Mapping[str, ShapeRead]  # how parameters' shapes are read (:func:`shape_reads`)
@@ -275,6 +276,7 @@ def signature_from_source(dotted: str) -> SourceSignature | None:
     return SourceSignature(
         params=tuple(_parameters(fn, skip)),
         returns_nothing=returns_nothing(fn),
+        returned=tuple(returned_parameters(fn)),
         flags=tested_params(fn),
         objects=object_params(fn),
         shapes=shape_reads(fn),
