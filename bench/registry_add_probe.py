@@ -93,11 +93,12 @@ def probe(launcher: str, shape: dict[str, int], dtype: str, out: Path) -> dict[s
     from tuned.registry import scan_registry
     from tuned.registry.scaffold import add_entry
 
-    row: dict[str, Any] = {"launcher": launcher}
-    name = re.sub(r"[^a-z0-9]+", "-", launcher.lower()).strip("-")[-60:]
+    name = re.sub(r"[^a-z0-9]+", "-", launcher.lower()).strip("-")[-60:].strip("-")
+    row: dict[str, Any] = {"launcher": launcher, "name": name}
     try:
         added = add_entry(launcher, [shape], [dtype], out, name=name)
         row["todo"] = list(added.todo)
+        row["directory"] = str(added.directory)
         scan = scan_registry(added.directory)
         if scan.entries:
             spec = scan.entries[0]
@@ -128,6 +129,11 @@ def main() -> int:
     )
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--json", type=Path, help="write every row here")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        help="copy every valid entry with a space here: a registry `ktuned tune` runs",
+    )
     args = parser.parse_args()
     from tuned.registry.scaffold import parse_shape
 
@@ -173,6 +179,10 @@ def main() -> int:
             finally:
                 signal.alarm(0)
             rows.append(row)
+            if args.keep and status(row) == "valid, space":
+                kept = args.keep / row["name"]
+                shutil.rmtree(kept, ignore_errors=True)
+                shutil.copytree(row["directory"], kept)
             why = row.get("error") or "; ".join(row.get("problems", []))
             print(
                 f"{status(row):16} {row.get('space', 0):>9} {launcher}"
