@@ -762,7 +762,7 @@ def discover_source(
     if not launchers:
         return None
     functions = module_functions(tree)
-    imported = imported_kernels(tree, sources)
+    imported = imported_kernels(tree, sources, module=module)
     found = _Finder(functions, launchers, module, imported, tree).run()
     if backward:
         return found
