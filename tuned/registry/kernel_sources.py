@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import ast
+import copy
 import functools
 import sys
 from collections.abc import Mapping, Sequence
@@ -35,6 +36,7 @@ __all__ = [
     "module_functions",
     "module_statements",
     "only_raises",
+    "with_imported_functions",
 ]
 
 #: Largest module read to find an imported kernel (a generated file is not a kernel library).
@@ -373,15 +375,20 @@ def imported_kernels(
     search: Sequence[str] | None = None,
     *,
     module: str = "",
+    package: str = "",
+    origins: dict[str, tuple[str, ast.Module]] | None = None,
 ) -> dict[str, ast.FunctionDef]:
     """Local name -> ``@triton.jit`` function, for each kernel ``tree`` imports by name with a
     ``from ... import`` at top level (see the module docstring). With ``module``, the dotted
     name of the module ``tree`` is (an installed package's, ``attorch.act_layers``), relative
     imports are followed too (``from .act_kernels import act_func_forward_kernel``, how a
-    library's layers import its kernels)."""
+    library's layers import its kernels); or with ``package``, the package a copy of it is
+    imported in (the worker's copy has no module file of its own). ``origins``, when given,
+    gets each local name's module: its dotted name and syntax tree (where its decorators'
+    helpers are read)."""
     sources = sources or {}
     search = sys.path if search is None else search
-    package = _package(module, search)
+    within = package or _package(module, search)
     found: dict[str, ast.FunctionDef] = {}
     parsed: dict[str, tuple[ast.Module, dict[str, ast.FunctionDef]] | None] = {}
 
@@ -393,6 +400,9 @@ def imported_kernels(
 
     def add(local: str, fn: ast.FunctionDef, dotted: str) -> None:
         found[local] = fn
+        held = parsed.get(dotted)
+        if origins is not None and held is not None:
+            origins[local] = (dotted, held[0])
 
     for stmt in tree.body:
         if isinstance(stmt, ast.Import):  # import pkg.kernels as K: K._add[grid](...)
@@ -400,7 +410,7 @@ def imported_kernels(
                 local = alias.asname or alias.name
                 for name, fn in kernels(alias.name).items():
                     add(f"{local}.{name}", fn, alias.name)
-        origin = import_origin(stmt, package) if isinstance(stmt, ast.ImportFrom) else None
+        origin = import_origin(stmt, within) if isinstance(stmt, ast.ImportFrom) else None
         if origin is None:
             continue
         assert isinstance(stmt, ast.ImportFrom)
@@ -414,3 +424,42 @@ def imported_kernels(
                 for name, fn in kernels(inner).items():
                     add(f"{local}.{name}", fn, inner)
     return found
+
+
+def with_imported_functions(
+    tree: ast.Module,
+    module: str = "",
+    sources: Mapping[str, str] | None = None,
+    search: Sequence[str] | None = None,
+    *,
+    package: str = "",
+) -> ast.Module:
+    """``tree`` with, before its own statements, the top-level functions it imports by name
+    from modules that can be read (``from .utils import element_wise_kernel_configs``;
+    relative imports resolved as :func:`imported_kernels` does), so that an autotune
+    decorator's ``configs=helper()`` is read where the helper is defined. ``tree`` itself
+    when it imports none; its own nodes are kept (the copy edits them in place)."""
+    sources = sources or {}
+    search = sys.path if search is None else search
+    within = package or _package(module, search)
+    imported: list[ast.stmt] = []
+    for stmt in tree.body:
+        origin = import_origin(stmt, within) if isinstance(stmt, ast.ImportFrom) else None
+        if origin is None:
+            continue
+        assert isinstance(stmt, ast.ImportFrom)
+        held = _parsed(_module_source(origin, sources, search))
+        if held is None:
+            continue
+        functions = module_functions(held[0])
+        for alias in stmt.names:
+            fn = functions.get(alias.name)
+            if fn is None or any(is_jit(d) for d in fn.decorator_list):
+                continue
+            if alias.asname and alias.asname != fn.name:  # from .utils import configs as c
+                fn = copy.copy(fn)
+                fn.name = alias.asname
+            imported.append(fn)
+    if not imported:
+        return tree
+    return ast.Module(body=[*imported, *tree.body], type_ignores=tree.type_ignores)
