@@ -128,6 +128,31 @@ class ScaledReference(torch.nn.Module):
         "launcher: Scaled\nreference: ScaledReference\ninit: {n: N, alpha: 3.0}\n"
         "knobs: {BLOCK: [32, 64]}\n",
     ),
+    # PyTorch's factory keywords with a GPU default (attorch's layers: `device='cuda'`): built
+    # on the inputs' device; a default that never works here ("meta") shows it is passed.
+    "module_device": (
+        """
+class Shifted(torch.nn.Module):
+    def __init__(self, n, device="meta", dtype=torch.float32):
+        super().__init__()
+        self.shift = torch.nn.Parameter(torch.randn(n, device=device, dtype=dtype))
+
+    def forward(self, x, y, BLOCK=64):
+        out = torch.empty_like(x)
+        axpy_into(x, y + self.shift, out, 1.0, BLOCK=BLOCK)
+        return out
+
+
+class ShiftedReference(torch.nn.Module):
+    def __init__(self, n, device="meta"):
+        super().__init__()
+        self.shift = torch.nn.Parameter(torch.randn(n, device=device))
+
+    def forward(self, x, y):
+        return x + y + self.shift
+""",
+        "launcher: Shifted\nreference: ShiftedReference\ninit: {n: N}\nknobs: {BLOCK: [32, 64]}\n",
+    ),
     "keyword_only": (
         """
 def add(x, y, *, BLOCK=64, alpha=1.0):

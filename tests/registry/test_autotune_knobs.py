@@ -8,6 +8,7 @@ the source as written: the autotuner's own pick.
 from __future__ import annotations
 
 import ast
+import importlib
 import importlib.util
 import sys
 import textwrap
@@ -654,3 +655,89 @@ def test_configs_behind_aliases_chosen_by_a_setting_are_every_branchs(tmp_path: 
     copy = _import(tmp_path, variant, "ktuned_autotune_setting_aliases")
     x = torch.randn(1000)
     torch.testing.assert_close(copy.run(x), x * 3)
+
+
+def test_configs_of_an_imported_kernel_from_a_helper_of_a_third_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A library's layers launch kernels imported from its kernels module, autotuned over
+    # configs a helper of its utils module builds (attorch: `configs=
+    # element_wise_kernel_configs()`, whose dict key is the helper's parameter default, and
+    # `[triton.Config({}, num_warps=2**i) for i in range(6)]`). They were read with no
+    # module at all: "could not be read", no knob.
+    pkg = tmp_path / "fakeat"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "utils.py").write_text(
+        textwrap.dedent(
+            """
+            import triton
+
+            def block_configs(block_name="BLOCK"):
+                \"\"\"Configs for element-wise kernels.\"\"\"
+                return [triton.Config({block_name: 128}, num_warps=2),
+                        triton.Config({block_name: 512}, num_warps=4)]
+
+            def warp_configs():
+                return [triton.Config({}, num_warps=2**i) for i in range(3)]
+            """
+        )
+    )
+    kernels = AUTOTUNED[: AUTOTUNED.index("def run")]
+    configs = kernels[kernels.index("[") : kernels.index("],") + 1]
+    kernels = kernels.replace(configs, "block_configs()")
+    kernels = kernels.replace(
+        "import triton\n", "import triton\nfrom .utils import block_configs\n", 1
+    )
+    warps = kernels.replace("block_configs", "warp_configs").replace("_scale", "_scale_w")
+    (pkg / "kernels.py").write_text(kernels + warps[warps.index("@triton.autotune") :])
+    (pkg / "kernels.py").write_text(
+        (pkg / "kernels.py")
+        .read_text()
+        .replace(
+            "from .utils import block_configs\n", "from .utils import block_configs, warp_configs\n"
+        )
+    )
+    layers = textwrap.dedent(
+        """
+        import torch
+        import triton
+        from .kernels import _scale, _scale_w
+
+
+        def run(x):
+            out = torch.empty_like(x)
+            n = x.numel()
+            _scale[lambda META: (triton.cdiv(n, META["BLOCK"]),)](x, out, n)
+            return out
+
+
+        def run_w(x):
+            out = torch.empty_like(x)
+            n = x.numel()
+            _scale_w[(1,)](x, out, n, BLOCK=1024)
+            return out
+        """
+    )
+    (pkg / "layers.py").write_text(layers)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    found = discover_source(layers, "run", "fakeat.layers")
+    assert found is not None
+    assert found.knobs["BLOCK"] == (64, 128, 256, 512, 1024), found.notices
+    assert found.knobs["num_warps"] == (1, 2, 4, 8)
+    found_w = discover_source(layers, "run_w", "fakeat.layers")
+    assert found_w is not None and found_w.knobs["num_warps"] == (1, 2, 4, 8), found_w.notices
+    # pinned at the launch; the copy runs inside the package, the kernels module untouched
+    # (as a worker does: the copy has no module file, its package resolves its imports)
+    variant, _ = materialize(
+        layers, "run", {"BLOCK": 256, "num_warps": 2, "num_stages": 1}, package="fakeat"
+    )
+    assert "_scale.fn[" in variant and "BLOCK=256, num_warps=2, num_stages=1" in variant
+    (pkg / "layers_variant.py").write_text(variant)
+    try:
+        copy = importlib.import_module("fakeat.layers_variant")
+        x = torch.randn(1000)
+        torch.testing.assert_close(copy.run(x), x * 3)
+    finally:
+        for name in [m for m in sys.modules if m == "fakeat" or m.startswith("fakeat.")]:
+            sys.modules.pop(name)

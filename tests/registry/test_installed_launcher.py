@@ -326,3 +326,59 @@ def test_a_launcher_whose_kernels_live_elsewhere_is_told_which_function_to_regis
     (note,) = [n.reason for n in found.notices if "another module" in n.reason]
     assert "none of them launches a kernel with a knob" in note, note
     assert "registry add fakelayer.dispatch" not in note, note
+
+
+def test_kernels_a_package_imports_relatively_are_discovered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A library's layers import its kernels relatively (`from .act_kernels import ...`, as
+    # attorch does): discovery skipped every relative import, so such layers had no launch
+    # of a kernel it could see and no knob.
+    from tuned.registry.discovery import discover_source
+
+    site = tmp_path / "site"
+    (site / "fakerel").mkdir(parents=True)
+    (site / "fakerel" / "__init__.py").write_text("from .layers import scale\n")
+    (site / "fakerel" / "kernels.py").write_text(
+        textwrap.dedent(
+            """
+            import triton
+            import triton.language as tl
+
+            @triton.jit
+            def _scale(x_ptr, o_ptr, n, BLOCK: tl.constexpr):
+                offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+                tl.store(o_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+            """
+        )
+    )
+    layers = textwrap.dedent(
+        """
+        import torch
+        import triton
+        from .kernels import _scale
+        from . import kernels as K
+
+        def scale(x):
+            out = torch.empty_like(x)
+            _scale[(triton.cdiv(x.numel(), 256),)](x, out, x.numel(), BLOCK=256)
+            return out
+
+        def scale_through_module(x):
+            out = torch.empty_like(x)
+            K._scale[(triton.cdiv(x.numel(), 256),)](x, out, x.numel(), BLOCK=256)
+            return out
+        """
+    )
+    (site / "fakerel" / "layers.py").write_text(layers)
+    monkeypatch.setattr(sys, "path", [str(site), *sys.path])
+    for launcher in ("scale", "scale_through_module"):
+        found = discover_source(layers, launcher, "fakerel.layers")
+        assert found is not None and "BLOCK" in found.knobs, (launcher, found.notices)
+    # a package's __init__ imports relative to itself; the entry's own file (not a module
+    # of the import path) has no package to resolve against
+    init = "from .kernels import _scale\n\ndef op(x, o):\n    _scale[(1,)](x, o, 1, BLOCK=256)\n"
+    found = discover_source(init, "op", "fakerel")
+    assert found is not None and "BLOCK" in found.knobs, found.notices
+    found = discover_source(init, "op", "entry.py")
+    assert found is not None and not found.knobs

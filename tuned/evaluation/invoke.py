@@ -10,7 +10,8 @@ decides how it is called:
   only, so the knobs are placed by the parameter names of ``forward`` (after ``ctx``);
 - a class (an ``nn.Module`` or any class whose instances are callable): constructed with the
   entry's ``init`` arguments (a string that names a shape dimension is that dimension's size)
-  under a seeded RNG, moved to the inputs' device and floating dtype; ``instance(*inputs,
+  and, when its constructor takes ``device`` and ``init`` does not give it, the inputs'
+  device, under a seeded RNG, moved to the inputs' device and floating dtype; ``instance(*inputs,
   **knobs)``, knobs the constructor takes going to the constructor instead.
 
 What the call returns is a tuple of tensors (:func:`call`):
@@ -121,6 +122,16 @@ def resolve(namespace: ModuleType, path: str, field_name: str = "launcher") -> A
             where = ".".join(parts[: len(parts) - len(rest) + i]) or "the entry's module"
             raise _invalid(field_name, f"{where} has no attribute {part!r} ({path})") from None
     return obj
+
+
+def _takes_device(cls: Any) -> bool:
+    """Whether the constructor of ``cls`` has a parameter named ``device`` (PyTorch's factory
+    keyword: ``nn.Linear(..., device=None, dtype=None)``; attorch's layers default it to
+    ``'cuda'``, which fails on any other device)."""
+    try:
+        return "device" in inspect.signature(cls).parameters
+    except (TypeError, ValueError):  # a builtin without a signature
+        return False
 
 
 def _is_autograd_apply(obj: Any) -> Any:
@@ -325,6 +336,8 @@ class EntryCall:
                 k: dims[v] if isinstance(v, str) and v in dims else v
                 for k, v in self.fields.init.items()
             }
+            if device is not None and "device" not in {*args, *ctor} and _takes_device(self.target):
+                args["device"] = device  # PyTorch's factory keyword, whatever its default
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(0)
                 instance = self.target(**args, **ctor)

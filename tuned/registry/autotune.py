@@ -261,7 +261,7 @@ def _config(
     if not (isinstance(call, ast.Call) and ast.unparse(call.func).endswith("Config")):
         raise _Unreadable(f"`{ast.unparse(call)[:60]}` is not a triton.Config(...) call")
     config: dict[str, KnobValue] = {}
-    for key, v in _config_items(call):
+    for key, v in _config_items(call, env, consts):
         value = _eval(v, env, consts)
         if not isinstance(value, (int, float, str, bool)):
             raise _Unreadable(f"the Config value `{ast.unparse(v)[:60]}`")
@@ -281,16 +281,23 @@ def _config(
     return ast.unparse(call.func), config
 
 
-def _config_items(call: ast.Call) -> list[tuple[str, ast.expr]]:
-    """The keys and value expressions of a Config's first argument: a literal dict, or
-    ``dict(BLOCK_M=BLOCK_M, ...)`` (inductor-style config tuples unpacked into a dict)."""
+def _config_items(
+    call: ast.Call, env: dict[str, object], consts: _Consts
+) -> list[tuple[str, ast.expr]]:
+    """The keys and value expressions of a Config's first argument: a literal dict (a key may
+    be a name bound to a string, a helper's parameter default, ``{block_name: 64}`` in
+    ``def configs(block_name="BLOCK_SIZE")``), or ``dict(BLOCK_M=BLOCK_M, ...)``
+    (inductor-style config tuples unpacked into a dict)."""
     first = call.args[0] if call.args else None
     if isinstance(first, ast.Dict):
         items = []
         for k, v in zip(first.keys, first.values, strict=True):
-            if not (isinstance(k, ast.Constant) and isinstance(k.value, str)):
+            key = _eval(k, env, consts) if isinstance(k, ast.Name) else None
+            if isinstance(k, ast.Constant) and isinstance(k.value, str):
+                key = k.value
+            if not isinstance(key, str):
                 raise _Unreadable("a Config key that is not a string literal")
-            items.append((k.value, v))
+            items.append((key, v))
         return items
     if (
         isinstance(first, ast.Call)
@@ -449,10 +456,28 @@ def _built(fn: ast.FunctionDef, module: ast.Module | None, consts: _Consts) -> l
                 raise _Unreadable(f"line {stmt.lineno}, in {fn.name}(): `{first}`")
         return None
 
-    found = run(fn.body, {})
+    found = run(fn.body, _defaults(fn))
     if found is None:
         raise _Unreadable(f"{fn.name}() returns no list discovery can follow")
     return found
+
+
+def _defaults(fn: ast.FunctionDef) -> dict[str, object]:
+    """What a call without arguments binds ``fn``'s parameters to: their literal defaults
+    (``block_name="BLOCK_SIZE"``); a parameter without one, or with another default, is
+    left unbound (reading it stops discovery)."""
+    args = [*fn.args.posonlyargs, *fn.args.args]
+    pairs = list(zip(args[len(args) - len(fn.args.defaults) :], fn.args.defaults, strict=True))
+    for arg, maybe in zip(fn.args.kwonlyargs, fn.args.kw_defaults, strict=True):
+        if maybe is not None:
+            pairs.append((arg, maybe))
+    bound: dict[str, object] = {}
+    for arg, default in pairs:
+        try:
+            bound[arg.arg] = ast.literal_eval(default)
+        except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+            continue
+    return bound
 
 
 def _is_config(node: ast.expr) -> bool:
@@ -562,6 +587,8 @@ def _resolved(node: ast.expr, module: ast.Module | None) -> ast.expr:
             node = bound[-1]
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.args:
             fn = _function(node.func.id, module)
+            if fn is not None and (fn.args.args or fn.args.posonlyargs or fn.args.kwonlyargs):
+                return node  # its parameters' defaults are bound where it is run (_built)
             body = fn.body if fn is not None else []
             if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
                 body = body[1:]  # a docstring

@@ -55,6 +55,7 @@ from tuned.registry.kernel_sources import (
     launcher_functions,
     located_source,
     module_functions,
+    with_imported_functions,
 )
 from tuned.registry.knob_values import (
     BLOCK_BOUNDS,
@@ -179,8 +180,15 @@ class _Finder:
         imported: Mapping[str, ast.FunctionDef] | None = None,
         tree: ast.Module | None = None,
         backward: bool = True,
+        origins: Mapping[str, tuple[str, ast.Module]] | None = None,
+        sources: Mapping[str, str] | None = None,
+        package: str = "",
     ) -> None:
         self.tree = tree  # the module, for autotune configs bound at its top level
+        #: imported kernel -> (its module's dotted name, its tree): where its configs are read
+        self.origins = origins or {}
+        self.sources = sources  # the entry's other files, where imported helpers are read
+        self.package = package  # the package a worker's copy of the module is imported in
         self.backward = backward  # follow `Fn.apply(...)` into Fn.backward too
         self.functions = functions
         imported = {k: v for k, v in (imported or {}).items() if k not in functions}
@@ -454,7 +462,13 @@ class _Finder:
             if kernel.foreign:  # pinned at each launch: `kernel.fn[grid](..., BLOCK=...)`
                 self.uses[key].nodes.append((call, False))
             return
-        space = autotune_space(kernel.name, kernel.autotune, None if kernel.foreign else self.tree)
+        module, tree, package = (self.module, self.tree, self.package)
+        if kernel.foreign:  # read in its own module, which the copy leaves alone
+            module, tree = self.origins.get(kernel.name, ("", None))
+            package = ""
+        if tree is not None:  # configs=helper() of a helper the module imports
+            tree = with_imported_functions(tree, module, self.sources, package=package)
+        space = autotune_space(kernel.name, kernel.autotune, tree)
         if kernel.foreign and not isinstance(space, str) and space.extra:
             space = (
                 f"its configs pass {space.extra.lstrip(', ')}, which a launch-site pin of "
@@ -726,6 +740,7 @@ def discover_knobs(
     (:func:`_forward_only`)."""
     functions: Mapping[str, ast.FunctionDef] = outline.functions
     imported: dict[str, ast.FunctionDef] = {}
+    origins: dict[str, tuple[str, ast.Module]] = {}
     tree = None
     if source is not None:
         try:
@@ -733,11 +748,11 @@ def discover_knobs(
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             tree = ast.Module(body=[], type_ignores=[])
         functions = {**module_functions(tree), **outline.functions}  # `if has_triton():` too
-        imported = imported_kernels(tree, sources)
-    found = _Finder(functions, [launcher], module, imported, tree).run()
+        imported = imported_kernels(tree, sources, origins=origins)
+    found = _Finder(functions, [launcher], module, imported, tree, True, origins, sources).run()
     if backward:
         return found
-    finder = _Finder(functions, [launcher], module, imported, tree, False)
+    finder = _Finder(functions, [launcher], module, imported, tree, False, origins, sources)
     forward = finder.run()
     return _forward_only(found, forward, finder.scanned)
 
@@ -749,11 +764,14 @@ def discover_source(
     *,
     sources: Mapping[str, str] | None = None,
     backward: bool = True,
+    package: str = "",
 ) -> Discovery | None:
     """Discovery on ``source`` for the launcher named ``launcher`` (see
     :func:`launcher_functions`); None when the source does not parse or lacks the launcher.
     ``sources``: the entry's other files (relative path -> text), for imported kernels.
-    Without ``backward``, as :func:`discover_knobs`."""
+    ``module`` (an installed module's dotted name) or ``package`` (the package a copy of the
+    source is imported in) resolve its relative imports. Without ``backward``, as
+    :func:`discover_knobs`."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -762,12 +780,16 @@ def discover_source(
     if not launchers:
         return None
     functions = module_functions(tree)
-    imported = imported_kernels(tree, sources)
-    found = _Finder(functions, launchers, module, imported, tree).run()
+    origins: dict[str, tuple[str, ast.Module]] = {}
+    imported = imported_kernels(tree, sources, module=module, package=package, origins=origins)
+    found = _Finder(
+        functions, launchers, module, imported, tree, True, origins, sources, package
+    ).run()
     if backward:
         return found
+    forward_only = launcher_functions(tree, launcher, backward=False)
     finder = _Finder(
-        functions, launcher_functions(tree, launcher, backward=False), module, imported, tree, False
+        functions, forward_only, module, imported, tree, False, origins, sources, package
     )
     forward = finder.run()
     return _forward_only(found, forward, finder.scanned)

@@ -196,12 +196,14 @@ def materialize(
     *,
     discovery: Discovery | None = None,
     sources: Mapping[str, str] | None = None,
+    package: str = "",
 ) -> tuple[str, dict[str, KnobValue]]:
     """The generated copy of ``source`` with the injected knobs of ``knobs`` written in, and
     the knobs left to pass to the launcher. Knobs that discovery on ``source`` (for the
     launcher named ``launcher``) does not inject are passed through unchanged; a source
-    without injected knobs among ``knobs`` is returned as it is (the same string)."""
-    found = discovery or discover_source(source, launcher, sources=sources)
+    without injected knobs among ``knobs`` is returned as it is (the same string).
+    ``package``: the installed package the copy is imported in (its relative imports)."""
+    found = discovery or discover_source(source, launcher, sources=sources, package=package)
     injected = {k: v for k, v in knobs.items() if found is not None and k in found.sites}
     rest = {k: v for k, v in knobs.items() if k not in injected}
     lost = [k for k in rest if not k.isidentifier()]
@@ -261,12 +263,13 @@ def runnable_request(request: Mapping[str, Any]) -> dict[str, Any]:
     launcher = str(kernel.get("launcher", ""))
     original = str(kernel.get("original_source", ""))
     extra = dict(kernel.get("extra_files") or {})  # the entry's other files: imported kernels
+    package = str(kernel.get("package") or "")  # an installed module's: relative imports
     if kernel.get("knobs_declared"):  # declared knobs are the launcher's parameters: passed
         out["kernel"] = kernel
         return out
     if "baseline_knobs" in kernel:
         _, kernel["baseline_knobs"] = materialize(
-            original, launcher, kernel["baseline_knobs"], sources=extra
+            original, launcher, kernel["baseline_knobs"], sources=extra, package=package
         )
     out["kernel"] = kernel
 
@@ -274,7 +277,11 @@ def runnable_request(request: Mapping[str, Any]) -> dict[str, Any]:
         done = dict(candidate)
         try:
             done["source"], done["knobs"] = materialize(
-                str(candidate["source"]), launcher, dict(candidate["knobs"]), sources=extra
+                str(candidate["source"]),
+                launcher,
+                dict(candidate["knobs"]),
+                sources=extra,
+                package=package,
             )
         except InjectionError as exc:
             done["injection_error"] = str(exc)

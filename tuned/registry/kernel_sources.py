@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import ast
+import copy
 import functools
 import sys
 from collections.abc import Mapping, Sequence
@@ -24,6 +25,7 @@ __all__ = [
     "KERNEL_WRAPPERS",
     "alias_of",
     "dotted_name",
+    "import_origin",
     "imported_kernels",
     "launch_site",
     "launched_kernel",
@@ -34,6 +36,7 @@ __all__ = [
     "module_functions",
     "module_statements",
     "only_raises",
+    "with_imported_functions",
 ]
 
 #: Largest module read to find an imported kernel (a generated file is not a kernel library).
@@ -215,20 +218,28 @@ def launched_name(node: ast.expr) -> str:
 
 
 @functools.lru_cache(maxsize=256)
-def _kernels_of(text: str | None) -> dict[str, ast.FunctionDef]:
-    """The ``@triton.jit`` functions of a module's source (cached: a worker materializes every
-    candidate, and a library module is read once per process)."""
+def _parsed(text: str | None) -> tuple[ast.Module, dict[str, ast.FunctionDef]] | None:
+    """A module's source parsed, with its ``@triton.jit`` functions (cached: a worker
+    materializes every candidate, and a library module is read once per process); None when
+    there is no source or it does not parse."""
     if text is None:
-        return {}
+        return None
     try:
         other = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return {}
-    return {
+        return None
+    kernels = {
         name: fn
         for name, fn in module_functions(other).items()
         if any(is_jit(d) for d in fn.decorator_list)
     }
+    return other, kernels
+
+
+def _kernels_of(text: str | None) -> dict[str, ast.FunctionDef]:
+    """The ``@triton.jit`` functions of a module's source (:func:`_parsed`)."""
+    parsed = _parsed(text)
+    return {} if parsed is None else parsed[1]
 
 
 def locate_launcher(
@@ -299,6 +310,33 @@ def _module_file(dotted: str, search: Sequence[str]) -> tuple[str, str, Path] | 
     return None
 
 
+def import_origin(stmt: ast.ImportFrom, package: str | None) -> str | None:
+    """The absolute module a ``from ... import`` reads from, inside ``package`` (that of the
+    module holding ``stmt``: ``attorch`` for ``attorch/act_layers.py`` and for
+    ``attorch/__init__.py``): ``from .act_kernels import k`` is ``attorch.act_kernels``,
+    ``from . import k`` is ``attorch``. None for a relative import when ``package`` is None
+    (not known) or the import climbs above the top package (Python refuses it)."""
+    if not stmt.level:
+        return stmt.module or None
+    if package is None:
+        return None
+    parts = package.split(".") if package else []
+    if stmt.level > len(parts):
+        return None
+    base = parts[: len(parts) - stmt.level + 1]
+    return ".".join([*base, *([stmt.module] if stmt.module else [])]) or None
+
+
+def _package(module: str, search: Sequence[str]) -> str | None:
+    """The package of the module named ``module`` as found on ``search`` (itself when it is a
+    package's ``__init__.py``); None when it is no module file there (an entry's own file,
+    named ``softmax.py``, whose relative imports do not resolve when it runs either)."""
+    path = _exact_module_file(module, search) if module else None
+    if path is None:
+        return None
+    return module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+
 def _reexported(path: Path, module: str, qualname: str) -> tuple[str, str] | None:
     """(module, qualname there) that ``qualname``'s first name comes from when ``path``
     (module ``module``) does not define it but imports it by name at top level (``from .x
@@ -324,12 +362,7 @@ def _reexported(path: Path, module: str, qualname: str) -> tuple[str, str] | Non
             for alias in stmt.names:
                 if (alias.asname or alias.name) != head:
                     continue
-                parts = package.split(".") if package else []
-                if stmt.level > len(parts):  # above the top package: Python refuses it
-                    source = None
-                    continue
-                base = parts[: len(parts) - stmt.level + 1] if stmt.level else []
-                origin = ".".join([*base, *([stmt.module] if stmt.module else [])])
+                origin = import_origin(stmt, package)
                 source = (origin, alias.name) if origin else None
     if source is None:
         return None
@@ -340,33 +373,93 @@ def imported_kernels(
     tree: ast.Module,
     sources: Mapping[str, str] | None = None,
     search: Sequence[str] | None = None,
+    *,
+    module: str = "",
+    package: str = "",
+    origins: dict[str, tuple[str, ast.Module]] | None = None,
 ) -> dict[str, ast.FunctionDef]:
-    """Local name -> ``@triton.jit`` function, for each kernel ``tree`` imports by name with an
-    absolute ``from ... import`` at top level (see the module docstring)."""
+    """Local name -> ``@triton.jit`` function, for each kernel ``tree`` imports by name with a
+    ``from ... import`` at top level (see the module docstring). With ``module``, the dotted
+    name of the module ``tree`` is (an installed package's, ``attorch.act_layers``), relative
+    imports are followed too (``from .act_kernels import act_func_forward_kernel``, how a
+    library's layers import its kernels); or with ``package``, the package a copy of it is
+    imported in (the worker's copy has no module file of its own). ``origins``, when given,
+    gets each local name's module: its dotted name and syntax tree (where its decorators'
+    helpers are read)."""
     sources = sources or {}
     search = sys.path if search is None else search
+    within = package or _package(module, search)
     found: dict[str, ast.FunctionDef] = {}
-    parsed: dict[str, dict[str, ast.FunctionDef]] = {}
+    parsed: dict[str, tuple[ast.Module, dict[str, ast.FunctionDef]] | None] = {}
 
     def kernels(dotted: str) -> dict[str, ast.FunctionDef]:
         if dotted not in parsed:
-            parsed[dotted] = _kernels_of(_module_source(dotted, sources, search))
-        return parsed[dotted]
+            parsed[dotted] = _parsed(_module_source(dotted, sources, search))
+        held = parsed[dotted]
+        return {} if held is None else held[1]
+
+    def add(local: str, fn: ast.FunctionDef, dotted: str) -> None:
+        found[local] = fn
+        held = parsed.get(dotted)
+        if origins is not None and held is not None:
+            origins[local] = (dotted, held[0])
 
     for stmt in tree.body:
         if isinstance(stmt, ast.Import):  # import pkg.kernels as K: K._add[grid](...)
             for alias in stmt.names:
                 local = alias.asname or alias.name
                 for name, fn in kernels(alias.name).items():
-                    found[f"{local}.{name}"] = fn
-        if not isinstance(stmt, ast.ImportFrom) or stmt.level or not stmt.module:
+                    add(f"{local}.{name}", fn, alias.name)
+        origin = import_origin(stmt, within) if isinstance(stmt, ast.ImportFrom) else None
+        if origin is None:
             continue
+        assert isinstance(stmt, ast.ImportFrom)
         for alias in stmt.names:
             local = alias.asname or alias.name
-            direct = kernels(stmt.module).get(alias.name)
+            direct = kernels(origin).get(alias.name)
             if direct is not None:
-                found[local] = direct
+                add(local, direct, origin)
             else:  # from pkg import kernels: kernels._add[grid](...)
-                for name, fn in kernels(f"{stmt.module}.{alias.name}").items():
-                    found[f"{local}.{name}"] = fn
+                inner = f"{origin}.{alias.name}"
+                for name, fn in kernels(inner).items():
+                    add(f"{local}.{name}", fn, inner)
     return found
+
+
+def with_imported_functions(
+    tree: ast.Module,
+    module: str = "",
+    sources: Mapping[str, str] | None = None,
+    search: Sequence[str] | None = None,
+    *,
+    package: str = "",
+) -> ast.Module:
+    """``tree`` with, before its own statements, the top-level functions it imports by name
+    from modules that can be read (``from .utils import element_wise_kernel_configs``;
+    relative imports resolved as :func:`imported_kernels` does), so that an autotune
+    decorator's ``configs=helper()`` is read where the helper is defined. ``tree`` itself
+    when it imports none; its own nodes are kept (the copy edits them in place)."""
+    sources = sources or {}
+    search = sys.path if search is None else search
+    within = package or _package(module, search)
+    imported: list[ast.stmt] = []
+    for stmt in tree.body:
+        origin = import_origin(stmt, within) if isinstance(stmt, ast.ImportFrom) else None
+        if origin is None:
+            continue
+        assert isinstance(stmt, ast.ImportFrom)
+        held = _parsed(_module_source(origin, sources, search))
+        if held is None:
+            continue
+        functions = module_functions(held[0])
+        for alias in stmt.names:
+            fn = functions.get(alias.name)
+            if fn is None or any(is_jit(d) for d in fn.decorator_list):
+                continue
+            if alias.asname and alias.asname != fn.name:  # from .utils import configs as c
+                fn = copy.copy(fn)
+                fn.name = alias.asname
+            imported.append(fn)
+    if not imported:
+        return tree
+    return ast.Module(body=[*imported, *tree.body], type_ignores=tree.type_ignores)
