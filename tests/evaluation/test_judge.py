@@ -16,6 +16,7 @@ import torch
 
 from tests.conftest import ADD_SOURCE, ADD_YAML, WriteEntry, has_gpu
 from tuned.evaluation import EvaluationSettings, WorkerClient
+from tuned.evaluation.checks import CaseFailure
 from tuned.evaluation.guard import launch_has_work
 from tuned.evaluation.runner import plain_problem
 from tuned.evaluation.runners import RunnerPool
@@ -99,6 +100,49 @@ def test_a_dtype_argument_reaches_the_runner() -> None:
     runner.remap(message)
     assert [runner.value(p) for p in inputs[1:]] == [torch.bfloat16, torch.float8_e4m3fn]
     judge.close()
+
+
+def test_a_tuple_or_list_of_scalars_reaches_the_runner_as_such() -> None:
+    """``layer_norm(x, normalized_shape)`` with ``normalized_shape=(D,)``, as ``registry add``
+    writes it: the tuple was refused ("input 1 is a tuple"), so the entry it wrote failed as
+    the original on the H200. Only plain scalars, and not too many of them."""
+    x = torch.zeros(4)
+    values = [x, (4,), [3, 3], ("a", 1.5, None, True)]
+    inputs, _, size = plan(values, torch.zeros(4))
+    judge = Arena("cpu")
+    message = judge.ensure(size)
+    assert message is not None
+    runner = MappedArena(os.dup(judge.fd))
+    runner.remap(message)
+    assert [runner.value(p) for p in inputs[1:]] == values[1:]
+    assert [type(runner.value(p)) for p in inputs[1:]] == [tuple, list, tuple]
+    judge.close()
+    for bad in ((torch.zeros(2),), (float("nan"),), tuple(range(65)), ((1, 2),)):
+        with pytest.raises(CaseFailure, match="input 1 is a"):
+            plan([x, bad], torch.zeros(4))
+
+
+def test_an_entry_passing_a_shape_tuple_is_evaluated(
+    client: WorkerClient, write_entry: WriteEntry
+) -> None:
+    """End to end: the launcher takes ``shape=(N,)`` and checks it, as a layer norm checks
+    its ``normalized_shape``; a wrong kernel still fails."""
+    source = ADD_SOURCE.replace(
+        "def add(x, y, BLOCK=256, num_warps=4):\n",
+        "def add(x, y, shape, BLOCK=256, num_warps=4):\n"
+        "    assert isinstance(shape, tuple) and shape == tuple(x.shape), shape\n",
+    )
+    source = source.replace(
+        "return x.to(device), y.to(device)", "return x.to(device), y.to(device), tuple(x.shape)"
+    ).replace("def reference(x, y):", "def reference(x, y, shape):")
+    assert "tuple(x.shape)\n" in source and "reference(x, y, shape)" in source
+    spec = load_entry(write_entry(source=source))
+    result = client.evaluate(spec, _candidate(spec, source, {"BLOCK": 128}))
+    assert result.outcome is Outcome.OK, result.reason
+    wrong = source.replace("x + y, mask=mask", "x - y, mask=mask")
+    assert client.evaluate(spec, _candidate(spec, wrong, {"BLOCK": 128})).outcome is (
+        Outcome.INCORRECT
+    )
 
 
 def test_plain_problem_names_what_is_not_a_plain_dense_tensor() -> None:

@@ -12,8 +12,9 @@ tensor views of it; what it says about them travels as JSON, never as pickles.
   (``torch.multiprocessing.reductions.reduce_tensor``; the judge keeps it alive).
 
 A layout entry is ``{"tensor": {"offset", "shape", "strides", "dtype"}}`` or ``{"value": v}``
-(a JSON scalar: an ``int``, ``float``, ``bool``, ``str`` or ``None`` argument) or
-``{"dtype": name}`` (a ``torch.dtype`` argument).
+(a JSON scalar: an ``int``, ``float``, ``bool``, ``str`` or ``None`` argument),
+``{"tuple": [v, ...]}`` or ``{"list": [v, ...]}`` (a tuple or list of such scalars:
+``normalized_shape=(D,)``) or ``{"dtype": name}`` (a ``torch.dtype`` argument).
 """
 
 from __future__ import annotations
@@ -33,6 +34,13 @@ __all__ = ["ALIGN", "Arena", "MappedArena", "dtype_name", "plan", "poison_fill",
 
 ALIGN = 256  # bytes; every place starts aligned (CUDA vector loads, any dtype)
 _SCALARS = (bool, int, float, str, type(None))
+#: Items of a tuple or list input (a shape, a kernel size), at most: not a way to pass data.
+_ITEMS = 64
+
+
+def _plain(x: Any) -> bool:
+    """A JSON scalar argument: ``int``, ``bool``, finite ``float``, ``str`` or ``None``."""
+    return isinstance(x, _SCALARS) and not (isinstance(x, float) and not math.isfinite(x))
 
 
 def dtype_name(dtype: Any) -> str:
@@ -82,15 +90,19 @@ def plan(inputs: Sequence[Any], outputs: Any) -> tuple[list[dict[str, Any]], lis
             spec = {"offset": cursor, "shape": list(x.shape), "strides": list(strides)}
             placed.append({"tensor": {**spec, "dtype": dtype_name(x.dtype)}})
             cursor += _aligned(nbytes)
-        elif isinstance(x, _SCALARS) and not (isinstance(x, float) and not math.isfinite(x)):
+        elif _plain(x):
             placed.append({"value": x})
+        elif isinstance(x, (tuple, list)) and len(x) <= _ITEMS and all(map(_plain, x)):
+            # ``normalized_shape=(D,)``, ``kernel_size=(3, 3)``: a JSON list, typed back
+            placed.append({"tuple" if isinstance(x, tuple) else "list": list(x)})
         elif isinstance(x, torch.dtype):  # a launcher's dtype argument (a quantizer's)
             placed.append({"dtype": dtype_name(x)})
         else:
             raise CaseFailure(
                 "rejected_static",
                 f"invalid entry: input {i} is a {type(x).__name__}; inputs must be tensors, "
-                "plain scalars (int, float, bool, str, None) or torch dtypes to reach the runner",
+                "plain scalars (int, float, bool, str, None), tuples or lists of up to "
+                f"{_ITEMS} of them, or torch dtypes to reach the runner",
             )
     out_places: list[Any] = []
     for o in as_tuple(outputs):
@@ -252,6 +264,10 @@ class MappedArena(_Views):
     def value(self, place: dict[str, Any]) -> Any:
         if "dtype" in place:
             return dtype_of(place["dtype"])
+        if "tuple" in place:
+            return tuple(place["tuple"])
+        if "list" in place:
+            return list(place["list"])
         return self.view(place["tensor"]) if "tensor" in place else place.get("value")
 
     def owner_of(self, tensor: Any, places: Sequence[dict[str, Any]]) -> int | None:
