@@ -373,3 +373,66 @@ def test_add_declares_an_argument_written_in_place_and_returned_beside_a_loss(
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "the original fails" not in done.stdout and "none" in done.stdout, done.stdout
+
+
+#: Values loaded from one argument used as positions in others: a token table gathered
+#: through (``Req``), a length bounding a loop (``Lens``) and a block pointer's offset
+#: (``Starts``), through a helper; ``X``'s values are only data.
+GATHER = textwrap.dedent(
+    """
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def _row(ptr, starts_ptr, b, BLOCK: tl.constexpr):
+        start = tl.load(starts_ptr + b)
+        block = tl.make_block_ptr(ptr, (4096,), (1,), (start,), (BLOCK,), (0,))
+        return tl.load(block)
+
+
+    @triton.jit
+    def _gather(X, Req, Lens, Starts, Out, stride, BLOCK: tl.constexpr):
+        b = tl.program_id(0)
+        n = tl.load(Lens + b)
+        offs = tl.arange(0, BLOCK)
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for i in range(0, n, BLOCK):
+            tok = tl.load(Req + b * stride + i + offs)
+            acc += tl.load(X + tok * stride)
+        acc += _row(X, Starts, b, BLOCK)
+        tl.store(Out + b * BLOCK + offs, acc)
+
+
+    def gather(x, req, lens, starts, out):
+        _gather[(lens.shape[0],)](x, req, lens, starts, out, x.stride(0), BLOCK=64)
+    """
+)
+
+
+def test_arguments_whose_values_the_kernels_use_as_positions_are_found(site: Path) -> None:
+    from tuned.registry.stored_outputs import indexed_inputs
+
+    (site / "gathers.py").write_text(GATHER)
+    assert indexed_inputs("gathers.gather") == {
+        "req": ("_gather",),
+        "lens": ("_gather",),
+        "starts": ("_gather",),
+    }
+    (site / "ctx_attn.py").write_text(ATTENTION)  # the start of each sequence: an offset
+    assert indexed_inputs("ctx_attn.context_attention_fwd") == {"b_start_loc": ("_fwd_kernel",)}
+    (site / "mixer.py").write_text(MIX)  # data only
+    assert indexed_inputs("mixer.mix_") == {}
+
+
+def test_add_asks_for_the_values_of_a_position_tensor_instead_of_drawing_floats(
+    site: Path,
+) -> None:
+    """Drawn as floats, Triton refused the original at compile time ("invalid operands of
+    type pointer<fp32> and float32": 9 TritonBench-G originals on the H200)."""
+    entry = _add(site, "gathers", GATHER, "gather", {"M": 4, "N": 64})
+    inputs = (entry / "entry.py").read_text()
+    for name in ("req", "lens", "starts"):
+        assert f"{name} (an integer tensor: _gather uses its values as positions" in inputs
+        assert f"{name} = rand" not in inputs
+    assert 'x = rand(shape["M"], shape["N"])' in inputs

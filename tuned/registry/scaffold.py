@@ -381,12 +381,16 @@ def _plan_inputs(
     flags: frozenset[str] = frozenset(),
     objects: Mapping[str, str] | None = None,
     reads: Mapping[str, ShapeRead] | None = None,
+    indexes: Mapping[str, Sequence[str]] | None = None,
 ) -> tuple[list[str], list[str], frozenset[str], list[str]]:
     """:func:`infer_inputs`, the parameters it draws as tensors (those a launcher's kernels
     can store into: :func:`_stored_outputs`), and the keyword-only ones it draws (the last
-    inputs, passed by keyword: ``keywords:``)."""
+    inputs, passed by keyword: ``keywords:``). ``indexes``: parameters whose values its
+    kernels use as positions (:func:`~tuned.registry.stored_outputs.indexed_inputs`), with
+    those kernels: asked for, never drawn as floats."""
     objects = objects or {}
     reads = reads or {}
+    indexes = indexes or {}
     order = list(dims)
     full = ", ".join(f'shape["{d}"]' for d in order)
     last = f'shape["{order[-1]}"]'
@@ -467,6 +471,13 @@ def _plan_inputs(
             rows = ", ".join(f'shape["{d}"]' for d in order[:-1]) or last
             lines.append(f"{var} = index({rows}, high={last})")
             tensors.add(p.name)
+        elif p.name in indexes:  # offsets, lengths: values only production knows
+            todo.append(
+                f"{p.name} (an integer tensor: {', '.join(indexes[p.name])} "
+                f"use{'s' if len(indexes[p.name]) == 1 else ''} its values as positions, "
+                "offsets or lengths; build the values production passes)"
+            )
+            continue
         elif weight(p.name):
             lines.append(f"{var} = rand({last})")
             tensors.add(p.name)
@@ -736,7 +747,10 @@ def add_entry(
     if (directory / "kernel.yaml").exists():
         raise BadInputError(f"{directory / 'kernel.yaml'} exists already; choose --name or --out")
     directory.mkdir(parents=True, exist_ok=True)
-    body, todo, tensors, keywords = _plan_inputs(params, shapes[0], flags, objects, reads)
+    from tuned.registry.stored_outputs import indexed_inputs
+
+    indexes = indexed_inputs(path)
+    body, todo, tensors, keywords = _plan_inputs(params, shapes[0], flags, objects, reads, indexes)
     (directory / "entry.py").write_text(
         _entry_text(path, params, body, todo, keywords), encoding="utf-8"
     )

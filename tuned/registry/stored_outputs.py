@@ -24,6 +24,15 @@ pointer, a ``tl.constexpr`` never one, and a tensor the launcher allocates itsel
 (``o = torch.empty_like(q)``) is not the caller's buffer. What it cannot see (kernels launched
 from another module's functions, a pointer loaded from memory) it leaves out: ``registry add``
 then writes the TODO it always wrote.
+
+The same walk finds the arguments whose *values* the kernels use as positions
+(:func:`indexed_inputs`): a value ``tl.load`` reads from a parameter (``start =
+tl.load(B_Start_Loc + b)``), or anything computed from it, that ends up in a pointer
+expression of a load or store (``Q + (start + offs) * stride``), in a block pointer's shape or
+offsets, or in a loop's bounds (``range(0, seq_len, BLOCK)``). Such an argument is an integer
+tensor of offsets, lengths or indices (vLLM- and LightLLM-style attention, KV-cache copies,
+embeddings): ``registry add`` asks for its values instead of drawing floats, which Triton
+refuses in pointer arithmetic ("invalid operands of type pointer<fp32> and float32").
 """
 
 from __future__ import annotations
@@ -35,16 +44,15 @@ from dataclasses import dataclass, field
 from tuned.registry.call_graph import CALL_DEPTH
 from tuned.registry.kernel_facts import is_constexpr, is_jit
 from tuned.registry.kernel_sources import (
-    MAX_SOURCE_BYTES,
     dotted_name,
     imported_kernels,
     launched_name,
     launcher_functions,
-    locate_launcher,
+    located_source,
     module_functions,
 )
 
-__all__ = ["inferred_outputs", "stored_outputs"]
+__all__ = ["indexed_inputs", "inferred_outputs", "stored_outputs"]
 
 #: What a name may point into: parameter names (of the kernel or of the launcher).
 _Env = dict[str, frozenset[str]]
@@ -250,6 +258,89 @@ class _Stores:
         return self.found[key]
 
 
+#: Marks, in an environment, the parameter whose loaded values a name carries (``@P``).
+_LOADED = "@"
+#: Calls whose arguments (past a block pointer's base) are positions or bounds.
+_POSITION_CALLS = frozenset({"make_block_ptr", "range", "static_range"})
+
+
+def _is_language_call(call: ast.Call, names: Collection[str]) -> bool:
+    """``tl.load(...)`` (or a bare ``load(...)`` imported from ``triton.language``) for
+    ``names`` holding ``"load"``."""
+    func = call.func
+    if isinstance(func, ast.Name):
+        return func.id in names
+    return (
+        isinstance(func, ast.Attribute)
+        and func.attr in names
+        and dotted_name(func.value) in _LANGUAGE
+    )
+
+
+def _values(node: ast.expr, env: _Env) -> frozenset[str]:
+    """What an expression may point into (a parameter ``P``, as :func:`_pointee` says) and the
+    parameters whose loaded values it may carry (``@P``: a ``tl.load`` from ``P``, and any
+    arithmetic, cast or call on such a value)."""
+    pointers = {k: frozenset(v for v in vs if v[:1] != _LOADED) for k, vs in env.items()}
+    out = set(_pointee(node, pointers))
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name):
+            out.update(v for v in env.get(sub.id, _NONE) if v[:1] == _LOADED)
+        elif isinstance(sub, ast.Call) and _is_language_call(sub, ("load",)):
+            pointer = _first_argument(sub, ("pointer",))
+            if pointer is not None:
+                out.update(_LOADED + p for p in _pointee(pointer, pointers))
+    return frozenset(out)
+
+
+def _loaded_in(node: ast.expr, env: _Env) -> set[str]:
+    """The parameters whose loaded values ``node`` carries."""
+    return {v[1:] for v in _values(node, env) if v[:1] == _LOADED}
+
+
+@dataclass
+class _Indexes:
+    """The parameters of the module's ``@triton.jit`` functions whose loaded values they use
+    as positions (see the module docstring)."""
+
+    jit: Mapping[str, ast.FunctionDef]
+    found: dict[tuple[int, int], frozenset[str]] = field(default_factory=dict)
+
+    def of(self, fn: ast.FunctionDef, depth: int = 0) -> frozenset[str]:
+        key = (id(fn), depth)
+        if key in self.found:
+            return self.found[key]
+        self.found[key] = _NONE
+        args = [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]
+        env: _Env = {a.arg: frozenset({a.arg}) for a in args if not is_constexpr(a.annotation)}
+        used: set[str] = set()
+
+        def visit(call: ast.Call, env: _Env) -> None:
+            func = call.func
+            short = dotted_name(func).rpartition(".")[2]
+            memory = short in ("load", "store") or short.startswith("atomic_")
+            if memory and _is_language_call(call, (short,)):
+                pointer = _first_argument(call, ("pointer",))
+                if pointer is not None:
+                    used.update(_loaded_in(pointer, env))
+                return
+            if short in _POSITION_CALLS:  # a block pointer's shape and offsets, loop bounds
+                base = _first_argument(call, _POINTER_KEYWORDS) if "ptr" in short else None
+                for arg in [*call.args, *(k.value for k in call.keywords)]:
+                    if arg is not base:
+                        used.update(_loaded_in(arg, env))
+                return
+            helper = self.jit.get(func.id) if isinstance(func, ast.Name) else None
+            if helper is not None and helper is not fn and depth < CALL_DEPTH:
+                inner = self.of(helper, depth + 1)
+                for _, arg in _arguments(call, _positional(helper), inner):
+                    used.update(_pointee(arg, env))
+
+        _flow(fn.body, env, _values, visit)
+        self.found[key] = frozenset(used) & set(env)
+        return self.found[key]
+
+
 def _pointee(node: ast.expr, env: _Env) -> frozenset[str]:
     """The kernel parameters a pointer expression may point into (see the module docstring)."""
     if isinstance(node, ast.Name):
@@ -312,7 +403,7 @@ class _Launches:
     tree: ast.Module
     functions: Mapping[str, ast.FunctionDef]
     kernels: Mapping[str, ast.FunctionDef]
-    stores: _Stores
+    stores: _Stores | _Indexes  # the kernels' parameters that count: written, or indices
     found: dict[tuple[int, int], dict[str, frozenset[str]]] = field(default_factory=dict)
 
     def callees(self, call: ast.Call) -> list[tuple[ast.FunctionDef, int]]:
@@ -375,6 +466,23 @@ def stored_outputs(
     of the module ``source`` (see the module docstring), in the launcher's parameter order;
     empty when the source does not parse or lacks the launcher. ``search``: where imported
     kernels' modules are looked up (default ``sys.path``)."""
+    return _launcher_facts(source, qualname, _Stores, search)
+
+
+def indexed_inputs(dotted: str) -> dict[str, tuple[str, ...]]:
+    """Launcher parameter -> the kernels that use its values as positions (see the module
+    docstring), for the launcher at the dotted path ``dotted``, its module found on the
+    import path by file name (never imported); empty when it is not found or read."""
+    found = located_source(dotted)
+    return {} if found is None else _launcher_facts(found[3], found[1], _Indexes, None)
+
+
+def _launcher_facts(
+    source: str,
+    qualname: str,
+    facts: type[_Stores] | type[_Indexes],
+    search: Sequence[str] | None,
+) -> dict[str, tuple[str, ...]]:
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -385,7 +493,7 @@ def stored_outputs(
     functions = module_functions(tree)
     jit = {n: f for n, f in functions.items() if any(is_jit(d) for d in f.decorator_list)}
     kernels = {**imported_kernels(tree, search=search), **jit}
-    launches = _Launches(tree, functions, kernels, _Stores({**kernels, **jit}))
+    launches = _Launches(tree, functions, kernels, facts({**kernels, **jit}))
     launcher = launchers[0]
     written = launches.of(launcher)
     return {p: tuple(sorted(written[p])) for p in _positional(launcher) if p in written}
@@ -394,14 +502,5 @@ def stored_outputs(
 def inferred_outputs(dotted: str) -> dict[str, tuple[str, ...]]:
     """:func:`stored_outputs` of the launcher at the dotted path ``dotted``, its module found
     on the import path by file name (never imported); empty when it is not found or read."""
-    located = locate_launcher(dotted)
-    if located is None:
-        return {}
-    _, qualname, path = located
-    try:
-        if path.stat().st_size > MAX_SOURCE_BYTES:
-            return {}
-        source = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return {}
-    return stored_outputs(source, qualname)
+    found = located_source(dotted)
+    return {} if found is None else stored_outputs(found[3], found[1])
