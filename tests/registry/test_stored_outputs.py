@@ -406,6 +406,19 @@ GATHER = textwrap.dedent(
 
     def gather(x, req, lens, starts, out):
         _gather[(lens.shape[0],)](x, req, lens, starts, out, x.stride(0), BLOCK=64)
+
+
+    @triton.jit
+    def _pick(Scores, Seeds, Table, Out, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        u = tl.rand(tl.load(Seeds), offs)
+        scores = tl.cumsum(tl.load(Scores + offs), 0)
+        first = tl.argmax((u[:, None] <= scores[None, :]).to(tl.int32), 1)
+        tl.store(Out + offs, tl.load(Table + first))
+
+
+    def pick(scores, seeds, table, out):
+        _pick[(1,)](scores, seeds, table, out, BLOCK=64)
     """
 )
 
@@ -423,6 +436,9 @@ def test_arguments_whose_values_the_kernels_use_as_positions_are_found(site: Pat
     assert indexed_inputs("ctx_attn.context_attention_fwd") == {"b_start_loc": ("_fwd_kernel",)}
     (site / "mixer.py").write_text(MIX)  # data only
     assert indexed_inputs("mixer.mix_") == {}
+    # A position chosen by comparing values (sampling: the first cumulative score past a
+    # random number) makes neither the scores nor the seeds positions.
+    assert indexed_inputs("gathers.pick") == {}
 
 
 def test_add_asks_for_the_values_of_a_position_tensor_instead_of_drawing_floats(

@@ -283,7 +283,7 @@ def _values(node: ast.expr, env: _Env) -> frozenset[str]:
     arithmetic, cast or call on such a value)."""
     pointers = {k: frozenset(v for v in vs if v[:1] != _LOADED) for k, vs in env.items()}
     out = set(_pointee(node, pointers))
-    for sub in ast.walk(node):
+    for sub in _value_nodes(node):
         if isinstance(sub, ast.Name):
             out.update(v for v in env.get(sub.id, _NONE) if v[:1] == _LOADED)
         elif isinstance(sub, ast.Call) and _is_language_call(sub, ("load",)):
@@ -291,6 +291,28 @@ def _values(node: ast.expr, env: _Env) -> frozenset[str]:
             if pointer is not None:
                 out.update(_LOADED + p for p in _pointee(pointer, pointers))
     return frozenset(out)
+
+
+#: Calls whose result is a position chosen by comparing values, not a value used as one.
+_POSITION_OF = frozenset({"argmax", "argmin"})
+
+
+def _value_nodes(node: ast.expr) -> list[ast.AST]:
+    """The nodes of ``node`` whose values flow into its value: not those under a comparison
+    or a boolean operator (a mask, a condition: ``samp <= cum_scores``) nor an ``argmax`` /
+    ``argmin`` (the position of the largest value is a position whatever the values are:
+    a sampling kernel's scores are data, not indices)."""
+    out: list[ast.AST] = []
+    stack: list[ast.AST] = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (ast.Compare, ast.BoolOp, ast.Lambda)):
+            continue
+        if isinstance(n, ast.Call) and dotted_name(n.func).rpartition(".")[2] in _POSITION_OF:
+            continue
+        out.append(n)
+        stack.extend(ast.iter_child_nodes(n))
+    return out
 
 
 def _loaded_in(node: ast.expr, env: _Env) -> set[str]:
