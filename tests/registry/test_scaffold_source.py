@@ -207,6 +207,19 @@ def test_a_tensor_read_with_more_dimensions_than_the_shape_is_drawn_by_name_or_a
     assert "q (the launcher reads it as 4-D, line 3: `B, H, L, D = q.shape`" in todo[0]
     assert "e.g. B=...,H=...,L=...,D=..." in todo[0]
     assert "k (the launcher reads it as 3-D" in todo[1]
+    # Unpacked whole, the rank is exact: a 4-D shape without its names is no 3-D tensor
+    # ("too many values to unpack" on the device for 8 TritonBench-G originals), where a
+    # read of `k.stride(2)` needs only three dimensions or more.
+    cumsum = ast.parse("def cumsum(s):\n    B, H, T = s.shape\n    return s\n").body[0]
+    assert isinstance(cumsum, ast.FunctionDef)
+    s_reads = shape_reads(cumsum)
+    assert s_reads["s"].exact and not reads["k"].exact
+    s_param = [inspect.Parameter("s", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    _, todo = infer_inputs(s_param, {"B": 2, "H": 4, "L": 64, "D": 32}, reads=s_reads)
+    assert todo and "s (the launcher reads it as 3-D, line 2: `B, H, T = s.shape`" in todo[0]
+    assert "the shape has 4 dimensions" in todo[0] and "e.g. B=...,H=...,T=..." in todo[0]
+    drawn, todo = infer_inputs(s_param, {"B": 2, "H": 4, "T": 64}, reads=s_reads)
+    assert not todo and 's = rand(shape["B"], shape["H"], shape["T"])' in drawn, drawn
 
 
 WRAPPED_ATTENTION = """

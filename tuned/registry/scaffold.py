@@ -520,11 +520,13 @@ def _plan_inputs(
 def _read_as(read: ShapeRead, order: Sequence[str]) -> str | None:
     """How make_inputs draws a tensor the launcher reads as ``read``: its unpacked names in
     that order where the shape has every one (``B, H, L, D = q.shape`` with ``--shape
-    B=..,H=..,L=..,D=..``); "" when the shape has fewer dimensions than it reads (a TODO);
-    None to draw it with the shape's dimensions in order, as before."""
+    B=..,H=..,L=..,D=..``); "" when the shape has fewer dimensions than it reads, or another
+    number than it unpacks whole (``B, H, T = s.shape`` with a 4-D shape: "too many values
+    to unpack" on the device, 8 TritonBench-G originals) (a TODO); None to draw it with the
+    shape's dimensions in order, as before."""
     if read.names and all(n is not None and n in order for n in read.names):
         return ", ".join(f'shape["{n}"]' for n in read.names)
-    if read.rank > len(order):
+    if read.rank > len(order) or (read.exact and read.rank != len(order)):
         return ""
     return None
 

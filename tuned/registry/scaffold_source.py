@@ -77,6 +77,8 @@ class ShapeRead:
     text: str  # the statement, for the note
     #: Parameters an ``assert p.shape == q.shape`` says have this one's shape.
     same_as: tuple[str, ...] = ()
+    #: Unpacked whole (``B, H, T = s.shape``): exactly ``rank`` dimensions, not at least.
+    exact: bool = False
 
 
 def shape_reads(fn: ast.FunctionDef) -> dict[str, ShapeRead]:
@@ -153,7 +155,7 @@ def shape_reads(fn: ast.FunctionDef) -> dict[str, ShapeRead]:
                 e.id if isinstance(e, ast.Name) and e.id != "_" else None
                 for e in stmt.targets[0].elts
             )
-            read = ShapeRead(len(unpacked), unpacked, stmt.lineno, text)
+            read = ShapeRead(len(unpacked), unpacked, stmt.lineno, text, exact=True)
             prior = found.get(owner)
             if prior is None or not prior.names:  # (an assertion only gave its peers)
                 found[owner] = dataclasses.replace(read, same_as=prior.same_as if prior else ())
