@@ -7,6 +7,8 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ADD_SOURCE
 from tests.registry.test_scaffold import ktuned, user_package
 
@@ -396,3 +398,49 @@ def test_dimensions_named_one_by_one_draw_the_tensor_with_those_names() -> None:
     lines, todo = infer_inputs(params, {"M": 16, "K": 64, "N": 32}, reads=reads)
     assert not todo and 'x = rand(shape["M"], shape["K"])' in lines, lines
     assert 'W_q = rand(shape["M"], shape["K"], shape["N"])' in lines, lines
+
+
+SELF_CONTAINED = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rowsum(a_ptr, out_ptr, K, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + tl.program_id(0), tl.sum(tl.load(a_ptr + offs, mask=offs < K), 0))
+
+
+def run(M, N, K, device="cpu"):
+    a = torch.randn(M, K, device=device)
+    out = torch.zeros((M,), device=device)
+    _rowsum[(M,)](a, out, K, BLOCK=triton.next_power_of_2(K))
+    return out
+"""
+
+
+def test_a_parameter_passed_as_a_size_is_a_dimension_or_asked_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``run(M, N, K)`` makes its own tensors from sizes: ``K``, which ``--shape`` lacks, was
+    drawn as a tensor and ``torch.randn`` refused it on the device; it is asked for, and a
+    shape that names it gives it. The same when the module only reads from its source."""
+    from tuned.registry.scaffold import add_entry
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "selfmade.py").write_text(SELF_CONTAINED)
+    (site / "gpuonly_selfmade.py").write_text(
+        SELF_CONTAINED.replace("import triton\n", NO_DRIVER, 1)
+    )
+    monkeypatch.syspath_prepend(str(site))
+    for module in ("selfmade", "gpuonly_selfmade"):
+        added = add_entry(f"{module}.run", [{"M": 4, "N": 8}], ["float32"], tmp_path / module)
+        assert any(t.startswith("K (an integer the launcher passes as a size") for t in added.todo)
+        assert "K = rand" not in (added.directory / "entry.py").read_text()
+        named = add_entry(
+            f"{module}.run", [{"M": 4, "N": 8, "K": 16}], ["float32"], tmp_path / f"{module}2"
+        )
+        assert not named.todo, named.todo
+        assert 'K = shape["K"]' in (named.directory / "entry.py").read_text()

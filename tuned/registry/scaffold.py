@@ -43,6 +43,7 @@ from tuned.registry.scaffold_source import (
     object_params,
     shape_reads,
     signature_from_source,
+    size_params,
     tested_params,
 )
 from tuned.registry.validate import canonical_dtype
@@ -382,12 +383,14 @@ def _plan_inputs(
     objects: Mapping[str, str] | None = None,
     reads: Mapping[str, ShapeRead] | None = None,
     indexes: Mapping[str, Sequence[str]] | None = None,
+    sizes: frozenset[str] = frozenset(),
 ) -> tuple[list[str], list[str], frozenset[str], list[str]]:
     """:func:`infer_inputs`, the parameters it draws as tensors (those a launcher's kernels
     can store into: :func:`_stored_outputs`), and the keyword-only ones it draws (the last
     inputs, passed by keyword: ``keywords:``). ``indexes``: parameters whose values its
     kernels use as positions (:func:`~tuned.registry.stored_outputs.indexed_inputs`), with
-    those kernels: asked for, never drawn as floats."""
+    those kernels: asked for, never drawn as floats; ``sizes``: parameters it passes as sizes
+    (:func:`~tuned.registry.scaffold_source.size_params`): a dimension, or asked for."""
     objects = objects or {}
     reads = reads or {}
     indexes = indexes or {}
@@ -431,6 +434,12 @@ def _plan_inputs(
             lines.append(f'{var} = shape["{p.name}"]')
         elif p.name in flags:
             todo.append(f"{p.name} (a flag the launcher tests: choose the value production uses)")
+            continue
+        elif p.name in sizes:
+            todo.append(
+                f"{p.name} (an integer the launcher passes as a size: the value production "
+                "uses, or a dimension of --shape named so)"
+            )
             continue
         elif _SHAPE.match(p.name):  # F.layer_norm's normalized_shape: the last dimension
             lines.append(f"{var} = ({last},)")
@@ -730,7 +739,7 @@ def add_entry(
             ) from failed
         target, params, writes = None, list(read.params), read.returns_nothing
         returned = list(read.returned)  # an argument written in place and returned
-        flags, objects, reads = read.flags, read.objects, read.shapes
+        flags, objects, reads, sizes = read.flags, read.objects, read.shapes, read.sizes
         note = (
             f"{failed}; its signature was read from the source instead. The worker imports "
             "the module too: tune where that import succeeds (e.g. on the GPU machine)"
@@ -740,6 +749,7 @@ def add_entry(
         writes, returned = _written(target)
         fn = _launcher_def(target)
         flags = tested_params(fn) if fn is not None else frozenset()
+        sizes = size_params(fn) if fn is not None else frozenset()
         objects = object_params(fn) if fn is not None else {}
         reads = reads_through_calls(target, fn) if fn is not None else {}
     entry_name = name or re.sub(
@@ -752,7 +762,9 @@ def add_entry(
     from tuned.registry.stored_outputs import indexed_inputs
 
     indexes = indexed_inputs(path)
-    body, todo, tensors, keywords = _plan_inputs(params, shapes[0], flags, objects, reads, indexes)
+    body, todo, tensors, keywords = _plan_inputs(
+        params, shapes[0], flags, objects, reads, indexes, sizes
+    )
     (directory / "entry.py").write_text(
         _entry_text(path, params, body, todo, keywords), encoding="utf-8"
     )

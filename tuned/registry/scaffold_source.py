@@ -47,6 +47,40 @@ class SourceSignature:
     flags: frozenset[str]  # parameters tested as conditions (:func:`tested_params`)
     objects: Mapping[str, str]  # parameters read as objects (:func:`object_params`)
     shapes: Mapping[str, ShapeRead]  # how parameters' shapes are read (:func:`shape_reads`)
+    sizes: frozenset[str] = frozenset()  # parameters passed as sizes (:func:`size_params`)
+
+
+#: Tensor factories whose positional arguments are sizes (``torch.randn(M, K)``), and
+#: ``torch.full``'s first; ``x.new_zeros(n)`` too.
+_FACTORIES = frozenset({"empty", "zeros", "ones", "rand", "randn", "arange"})
+
+
+def size_params(fn: ast.FunctionDef) -> frozenset[str]:
+    """The parameters of ``fn`` it passes as sizes: to a tensor factory (``torch.randn(M, K,
+    device=...)``, ``torch.zeros((M, N))``, ``torch.full((n,), 0.0)``, ``x.new_empty(n)``),
+    to ``range`` or to ``triton.cdiv``: integers, never tensors (TritonBench-G's
+    ``batched_vecmat(M, N, K, ...)`` got ``K`` drawn as a tensor, which ``torch.randn``
+    refused on the device)."""
+    names = {a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]}
+    found: set[str] = set()
+    for node in ast.walk(fn):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        last = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        factory = last.removeprefix("new_")
+        if factory in _FACTORIES or last in ("range", "cdiv"):
+            args: list[ast.expr] = list(node.args)
+        elif factory == "full":
+            args = list(node.args[:1])
+        else:
+            continue
+        args += [k.value for k in node.keywords if k.arg == "size"]
+        for arg in args:
+            for item in arg.elts if isinstance(arg, (ast.Tuple, ast.List)) else [arg]:
+                if isinstance(item, ast.Name) and item.id in names:
+                    found.add(item.id)
+    return frozenset(found)
 
 
 def tested_params(fn: ast.FunctionDef) -> frozenset[str]:
@@ -282,4 +316,5 @@ def signature_from_source(dotted: str) -> SourceSignature | None:
         flags=tested_params(fn),
         objects=object_params(fn),
         shapes=shape_reads(fn),
+        sizes=size_params(fn),
     )
