@@ -452,3 +452,32 @@ def test_add_asks_for_the_values_of_a_position_tensor_instead_of_drawing_floats(
         assert f"{name} (an integer tensor: _gather uses its values as positions" in inputs
         assert f"{name} = rand" not in inputs
     assert 'x = rand(shape["M"], shape["N"])' in inputs
+
+
+#: Rotated in place, and unpacked whole as 3-D.
+ROTATE_3D = textwrap.dedent(
+    """
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def _negate(Q, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(Q + offs, -tl.load(Q + offs, mask=offs < n), mask=offs < n)
+
+
+    def negate_(q):
+        tokens, heads, dim = q.shape
+        _negate[(triton.cdiv(q.numel(), 64),)](q, q.numel(), BLOCK=64)
+    """
+)
+
+
+def test_a_tensor_asked_for_at_its_rank_is_still_declared_where_written(site: Path) -> None:
+    """A 4-D --shape for a launcher that unpacks ``q`` as 3-D: ``q`` is asked for, and what
+    its kernel writes is still its output (left out, the entry was invalid twice over:
+    a stub, and "returns nothing and declares no outputs")."""
+    entry = _add(site, "rot3", ROTATE_3D, "negate_", {"B": 2, "H": 4, "L": 8, "D": 16})
+    assert "q (the launcher reads it as 3-D" in (entry / "entry.py").read_text()
+    assert "outputs: [q]" in (entry / "kernel.yaml").read_text()

@@ -385,11 +385,12 @@ def _plan_inputs(
     indexes: Mapping[str, Sequence[str]] | None = None,
     sizes: frozenset[str] = frozenset(),
 ) -> tuple[list[str], list[str], frozenset[str], list[str]]:
-    """:func:`infer_inputs`, the parameters it draws as tensors (those a launcher's kernels
-    can store into: :func:`_stored_outputs`), and the keyword-only ones it draws (the last
-    inputs, passed by keyword: ``keywords:``). ``indexes``: parameters whose values its
-    kernels use as positions (:func:`~tuned.registry.stored_outputs.indexed_inputs`), with
-    those kernels: asked for, never drawn as floats; ``sizes``: parameters it passes as sizes
+    """:func:`infer_inputs`, the parameters that are tensors, drawn or asked for at another
+    rank (those a launcher's kernels can store into: :func:`_stored_outputs`), and the
+    keyword-only ones it draws (the last inputs, passed by keyword: ``keywords:``).
+    ``indexes``: parameters whose values its kernels use as positions
+    (:func:`~tuned.registry.stored_outputs.indexed_inputs`), with those kernels: asked for,
+    never drawn as floats; ``sizes``: parameters it passes as sizes
     (:func:`~tuned.registry.scaffold_source.size_params`): a dimension, or asked for."""
     objects = objects or {}
     reads = reads or {}
@@ -502,6 +503,7 @@ def _plan_inputs(
                     f"`{read.text}`; the shape has {len(order)} dimensions: give --shape "
                     f"the dimensions it needs{_named(read)})"
                 )
+                tensors.add(p.name)  # a tensor still: what its kernels write is declared
                 continue
             lines.append(f"{var} = rand({drawn})")
             tensors.add(p.name)
