@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from tuned.errors import BadInputError
+from tuned.registry.kernel_sources import only_raises
 from tuned.registry.scaffold_source import (
     ShapeRead,
     object_params,
@@ -715,17 +716,30 @@ def add_entry(
                 'runs tests belongs under `if __name__ == "__main__":`) or write the entry '
                 "by hand (docs/registry.md)"
             ) from failed
-        target, params, writes = None, list(read.params), read.returns_nothing
-        returned = list(read.returned)  # an argument written in place and returned
-        flags, objects, reads = read.flags, read.objects, read.shapes
         note = (
             f"{failed}; its signature was read from the source instead. The worker imports "
             "the module too: tune where that import succeeds (e.g. on the GPU machine)"
         )
     else:
+        fn = _launcher_def(target)
+        read = None
+        if fn is not None and only_raises(fn):  # `else: def op(...): raise ...` was bound
+            read = signature_from_source(path)
+            read = None if read is None or read.stand_in else read
+        if read is not None:
+            note = (
+                f"{path} as imported here only raises: a stand-in its module binds where a "
+                "condition of its own fails on this machine (`if has_triton():`, a GPU "
+                "generation); its signature was read from the definition in the source "
+                "instead. The worker imports the module too: tune where that condition holds"
+            )
+    if read is not None:
+        target, params, writes = None, list(read.params), read.returns_nothing
+        returned = list(read.returned)  # an argument written in place and returned
+        flags, objects, reads = read.flags, read.objects, read.shapes
+    else:
         params = _signature_params(target)
         writes, returned = _written(target)
-        fn = _launcher_def(target)
         flags = tested_params(fn) if fn is not None else frozenset()
         objects = object_params(fn) if fn is not None else {}
         reads = reads_through_calls(target, fn) if fn is not None else {}

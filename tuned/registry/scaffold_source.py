@@ -19,7 +19,7 @@ import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tuned.registry.kernel_sources import located_source
+from tuned.registry.kernel_sources import located_source, module_functions, only_raises
 from tuned.registry.launchers import launcher_definition, returned_parameters, returns_nothing
 from tuned.registry.problems import Problems
 from tuned.registry.source import outline_module
@@ -47,6 +47,7 @@ class SourceSignature:
     flags: frozenset[str]  # parameters tested as conditions (:func:`tested_params`)
     objects: Mapping[str, str]  # parameters read as objects (:func:`object_params`)
     shapes: Mapping[str, ShapeRead]  # how parameters' shapes are read (:func:`shape_reads`)
+    stand_in: bool = False  # the def only raises (:func:`~.kernel_sources.only_raises`)
 
 
 def tested_params(fn: ast.FunctionDef) -> frozenset[str]:
@@ -271,6 +272,8 @@ def signature_from_source(dotted: str) -> SourceSignature | None:
     if outline is None:
         return None
     fn, skip = launcher_definition(source, outline, qualname)
+    if fn is None and "." not in qualname:  # a def inside a top-level `if has_triton():`
+        fn = module_functions(ast.parse(source)).get(qualname)
     if fn is None:
         return None
     return SourceSignature(
@@ -280,4 +283,5 @@ def signature_from_source(dotted: str) -> SourceSignature | None:
         flags=tested_params(fn),
         objects=object_params(fn),
         shapes=shape_reads(fn),
+        stand_in=only_raises(fn),
     )
