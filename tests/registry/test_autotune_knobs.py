@@ -781,3 +781,20 @@ def test_configs_from_a_comprehension_over_itertools_product(tmp_path: Path) -> 
     )
     found = discover_source(repeated, "run")
     assert found is not None and not found.notices, found.notices
+
+
+def test_configs_of_an_annotated_module_level_list() -> None:
+    """``CONFIGS: list[triton.Config] = [...]`` then ``configs=CONFIGS`` (torchao's NVFP4
+    quantizer): only plain assignments were followed, and the note stopped at the name."""
+    configs = """[
+        triton.Config({"BLOCK": 128}, num_warps=4),
+        triton.Config({"BLOCK": 512}, num_warps=8, num_stages=2),
+    ]"""
+    source = AUTOTUNED.replace(configs, "CONFIGS").replace(
+        "@triton.autotune(", f"CONFIGS: list[triton.Config] = {configs}\n\n\n@triton.autotune(", 1
+    )
+    found = discover_source(source, "run")
+    assert found is not None and not found.notices, found.notices
+    space = found.sites["BLOCK"][0].autotune
+    assert space is not None
+    assert {(c["BLOCK"], c["num_warps"]) for c in space.configs} == {(128, 4), (512, 8)}

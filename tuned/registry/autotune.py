@@ -602,11 +602,15 @@ def _resolved(node: ast.expr, module: ast.Module | None) -> ast.expr:
         return node
     for _ in range(4):
         if isinstance(node, ast.Name):
-            bound = [
+            bound = [  # CONFIGS = [...], also annotated: CONFIGS: list[triton.Config] = [...]
                 s.value
                 for s in _statements(module)
-                if isinstance(s, ast.Assign)
-                and any(isinstance(t, ast.Name) and t.id == node.id for t in s.targets)
+                if isinstance(s, (ast.Assign, ast.AnnAssign))
+                and s.value is not None
+                and any(
+                    isinstance(t, ast.Name) and t.id == node.id
+                    for t in (s.targets if isinstance(s, ast.Assign) else [s.target])
+                )
             ]
             if not bound:
                 return node
