@@ -338,12 +338,17 @@ def _signature_params(target: Any) -> list[inspect.Parameter]:
 
 def _schema_params(schema: Any) -> list[inspect.Parameter]:
     """A custom op's parameters as its registered schema states them (names, ``int`` / ``float``
-    / ``bool`` scalars, defaults)."""
-    kinds = {"int": int, "SymInt": int, "float": float, "bool": bool, "str": str}
+    / ``bool`` scalars, ``torch.dtype``, defaults). A ``ScalarType`` is a dtype: its ``type`` is
+    ``int`` (how it is passed), its ``real_type`` says ``ScalarType`` (torchao's ``out_dtype``
+    was asked for as "an int scalar")."""
+    import torch
+
+    kinds: dict[str, object] = {"int": int, "SymInt": int, "float": float, "bool": bool}
+    kinds |= {"str": str, "ScalarType": torch.dtype}
     out = []
     for arg in schema.arguments:
         default = arg.default_value if arg.has_default_value() else inspect.Parameter.empty
-        annotation = kinds.get(str(arg.type), inspect.Parameter.empty)
+        annotation = kinds.get(str(getattr(arg, "real_type", arg.type)), inspect.Parameter.empty)
         kind = (
             inspect.Parameter.KEYWORD_ONLY
             if arg.kwarg_only
