@@ -741,3 +741,60 @@ def test_configs_of_an_imported_kernel_from_a_helper_of_a_third_module(
     finally:
         for name in [m for m in sys.modules if m == "fakeat" or m.startswith("fakeat.")]:
             sys.modules.pop(name)
+
+
+def test_configs_from_a_comprehension_over_itertools_product(tmp_path: Path) -> None:
+    """``for (b, w), s in itertools.product(TILES, [1, 2])`` (torchao's NVFP4 quantizer, and
+    ``itertools.product([32, 64], repeat=2)``): the note stopped at the product."""
+    configs = """[
+        triton.Config({"BLOCK": 128}, num_warps=4),
+        triton.Config({"BLOCK": 512}, num_warps=8, num_stages=2),
+    ]"""
+    comprehension = (
+        '[triton.Config({"BLOCK": b}, num_warps=w, num_stages=s)'
+        " for (b, w), s in itertools.product(TILES, [1, 2])]"
+    )
+    head = "import itertools\nTILES: list[tuple[int, int]] = [(32, 2), (64, 4)]\n"
+    source = AUTOTUNED.replace(configs, comprehension).replace(
+        "@triton.autotune(", f"{head}\n\n@triton.autotune(", 1
+    )
+    found = discover_source(source, "run")
+    assert found is not None and not found.notices, found.notices
+    space = found.sites["BLOCK"][0].autotune
+    assert space is not None
+    assert {(c["BLOCK"], c["num_warps"], c["num_stages"]) for c in space.configs} == {
+        (32, 2, 1),
+        (32, 2, 2),
+        (64, 4, 1),
+        (64, 4, 2),
+    }
+    variant, _ = materialize(source, "run", {"BLOCK": 64, "num_warps": 2, "num_stages": 1})
+    assert "configs=[triton.Config({'BLOCK': 64}, num_warps=2, num_stages=1)]," in variant
+    copy = _import(tmp_path, variant, "ktuned_autotune_itertools_product")
+    x = torch.randn(1000)
+    torch.testing.assert_close(copy.run(x), x * 3)
+    repeated = source.replace(
+        "itertools.product(TILES, [1, 2])", "itertools.product(TILES, repeat=1)"
+    )
+    repeated = repeated.replace("for (b, w), s in", "for ((b, w),) in").replace(
+        ", num_stages=s)", ")"
+    )
+    found = discover_source(repeated, "run")
+    assert found is not None and not found.notices, found.notices
+
+
+def test_configs_of_an_annotated_module_level_list() -> None:
+    """``CONFIGS: list[triton.Config] = [...]`` then ``configs=CONFIGS`` (torchao's NVFP4
+    quantizer): only plain assignments were followed, and the note stopped at the name."""
+    configs = """[
+        triton.Config({"BLOCK": 128}, num_warps=4),
+        triton.Config({"BLOCK": 512}, num_warps=8, num_stages=2),
+    ]"""
+    source = AUTOTUNED.replace(configs, "CONFIGS").replace(
+        "@triton.autotune(", f"CONFIGS: list[triton.Config] = {configs}\n\n\n@triton.autotune(", 1
+    )
+    found = discover_source(source, "run")
+    assert found is not None and not found.notices, found.notices
+    space = found.sites["BLOCK"][0].autotune
+    assert space is not None
+    assert {(c["BLOCK"], c["num_warps"]) for c in space.configs} == {(128, 4), (512, 8)}

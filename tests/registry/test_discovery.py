@@ -991,12 +991,13 @@ def _quant(x_ptr, q_ptr, s_ptr, n, GROUP_SIZE: tl.constexpr, BLOCK_GROUP: tl.con
 """
 
 
-@pytest.mark.parametrize("bound", ["local", "parameter"])
+@pytest.mark.parametrize("bound", ["local", "parameter", "strided"])
 def test_a_size_of_a_returned_tensor_is_not_a_knob(bound: str) -> None:
     """gemlite's MXFP8 quantizer: ``group_size = 32`` also sizes the scales it returns
     (``torch.empty((M, K // group_size))``); tuned, every other value changed the shape of
     an output. A block that only tiles the launch stays a knob, and so does a block that
-    sizes a workspace reduced before it is returned."""
+    sizes a workspace reduced before it is returned. ``strided``: the allocation given a
+    column-major layout (torchao's ``x.new_empty(...).as_strided(...)``) was not seen as one."""
     signature = "x" if bound == "local" else "x, group_size=32"
     body = textwrap.dedent(
         """
@@ -1013,6 +1014,12 @@ def test_a_size_of_a_returned_tensor_is_not_a_knob(bound: str) -> None:
     )
     if bound == "local":
         body = "group_size = 32\n" + body
+    if bound == "strided":
+        body = body.replace(
+            "scales = torch.empty((n + pad) // group_size, device=x.device)",
+            "scales = x.new_empty((n + pad) // group_size).as_strided(((n + pad) // group_size,),"
+            " (1,))",
+        )
     source = HEADER + GROUP_QUANT_KERNEL + f"\n\ndef quantize({signature}):\n"
     source += textwrap.indent(body, "    ")
     found = discover_source(source, "quantize")

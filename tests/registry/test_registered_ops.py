@@ -129,3 +129,27 @@ def test_an_entry_whose_module_defines_an_op_tunes_in_the_worker(tmp_path: Path)
     for t in trials:  # every copy loaded (its op under a private namespace) and was correct
         assert t.result.outcome is Outcome.OK, t.result.reason
     store.close()
+
+
+def test_a_copy_inside_a_package_whose_init_registers_its_ops_gets_private_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An installed package whose ``__init__`` imports the module that defines operators
+    (``import torchao`` registers ``torchao::int_matmul``): the copy of that module was written
+    before the package was imported, so it kept the operators' names and its import failed
+    ("registered ... multiple times"). The package is now imported first."""
+    ns = "ktuned_test_pkg_init_ops"
+    source = OPS_SOURCE.replace("NS", ns)
+    package = tmp_path / "site" / "initops"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("from . import ops\n")
+    (package / "ops.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    assert not hasattr(getattr(torch.ops, ns), "double")
+    loader = ModuleLoader(tmp_path / "modules")
+    copy = loader.load(source, directory_key="k", extra_files={}, package="initops")
+    assert copy.__name__.startswith("initops.ktuned_candidate_")
+    x = torch.randn(100)
+    out, blocks = copy.run(x)
+    torch.testing.assert_close(out, x * 2)
+    assert blocks.tolist() == [32, 32, 32, 32, 0, 0, 0]

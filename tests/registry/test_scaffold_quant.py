@@ -204,3 +204,21 @@ def test_an_annotated_scalar_is_never_drawn_as_a_tensor_by_its_name() -> None:
 
     params = list(inspect.signature(quantize).parameters.values())
     assert _module_text("pkg.mod.quantize", params, {"N": 8})[1] == []
+
+
+def test_a_custom_op_s_scalar_type_is_a_dtype() -> None:
+    """A ``triton_op``'s parameters come from its schema, where a ``torch.dtype`` is a
+    ``ScalarType`` whose ``type`` reads ``int``: torchao's ``triton_mxfp8_dequant_dim0(...,
+    out_dtype: torch.dtype)`` was asked for as "out_dtype (an int scalar)"."""
+    import torch
+
+    from tuned.registry.scaffold import _module_text, _schema_params
+
+    schema = torch._C.parse_schema(
+        "ns::dequant(Tensor data, Tensor scales, ScalarType out_dtype, SymInt block=32) -> Tensor"
+    )
+    params = _schema_params(schema)
+    assert [p.annotation for p in params[2:]] == [torch.dtype, int]
+    text, todo = _module_text("pkg.mod.dequant", params, {"M": 4, "N": 8})
+    assert todo == [], todo
+    assert "out_dtype = dtype if dtype.is_floating_point else torch.float32" in text, text

@@ -444,3 +444,57 @@ def test_a_parameter_passed_as_a_size_is_a_dimension_or_asked_for(
         )
         assert not named.todo, named.todo
         assert 'K = shape["K"]' in (named.directory / "entry.py").read_text()
+
+
+#: A library that defines its launcher only where a condition of its own holds, and binds a
+#: stand-in that raises elsewhere (torchao: ``if has_triton(): ... else: def op(...): raise``).
+GUARDED_SOURCE = textwrap.dedent(
+    """
+    import torch
+    import triton
+    import triton.language as tl
+
+    _AVAILABLE = False  # a GPU generation, has_triton(): false on this machine
+
+    if _AVAILABLE:
+
+        @triton.jit
+        def _double(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+        def double_into(x, out):
+            _double[(triton.cdiv(x.numel(), 256),)](x, out, x.numel(), BLOCK=256)
+            return out
+
+    else:
+
+        def double_into(*args, **kwargs):
+            raise NotImplementedError("double_into needs a GPU")
+    """
+)
+
+
+def test_add_reads_the_definition_behind_a_stand_in_that_only_raises(tmp_path: Path) -> None:
+    """The module imports, but what it binds here is the stand-in: ``registry add`` read its
+    ``*args`` (a TODO) and took it for a launcher that returns nothing; it now reads the
+    definition the source holds, and says why."""
+    user_package(tmp_path, "guardedpkg", "ops", GUARDED_SOURCE)
+    added = ktuned(
+        "registry",
+        "add",
+        "guardedpkg.ops.double_into",
+        "--shape",
+        "N=64",
+        "--out",
+        tmp_path / "reg",
+        path=tmp_path,
+    )
+    assert added.returncode == 0, added.stdout + added.stderr
+    assert "as imported here only raises" in added.stdout, added.stdout
+    entry = tmp_path / "reg" / "double_into"
+    inputs = (entry / "entry.py").read_text()
+    assert 'x = rand(shape["N"])' in inputs and "out = torch.zeros(" in inputs, inputs
+    assert "TODO" not in inputs
+    yaml = (entry / "kernel.yaml").read_text()
+    assert "returns nothing" not in yaml and "outputs: [out]" in yaml, yaml

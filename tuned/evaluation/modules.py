@@ -185,12 +185,15 @@ class ModuleLoader:
             path = directory / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
-        name = f"ktuned_candidate_{digest}"
-        path = directory / f"{name}.py"
-        path.write_text(private_ops(source), encoding="utf-8")
+        stem = name = f"ktuned_candidate_{digest}"
         if package:
-            importlib.import_module(package)  # the installed package, as its module would be
+            # The installed package first, as its module would be: its ``__init__`` may
+            # import the module itself (``import torchao`` registers ``torchao::int_matmul``),
+            # and only then does ``private_ops`` see those operators registered.
+            importlib.import_module(package)
             name = f"{package}.{name}"
+        path = directory / f"{stem}.py"
+        path.write_text(private_ops(source), encoding="utf-8")
         spec = importlib.util.spec_from_file_location(name, path)
         if spec is None or spec.loader is None:
             raise CaseFailure("runtime_error", f"cannot import the module from {path}")

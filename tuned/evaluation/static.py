@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 
 from tuned.outcomes import Candidate, Provenance
+from tuned.registry.kernel_sources import module_statements
 from tuned.registry.spec import KernelSpec
 
 __all__ = ["candidate_check", "static_check"]
@@ -23,10 +24,11 @@ def static_check(source: str, launcher: str) -> str | None:
     except SyntaxError as exc:
         return f"syntax error at line {exc.lineno}: {exc.msg}"
     # The launcher is a dotted path (docs/registry.md, "Launchers"): its first part must be
-    # bound at the top level (a def, a class, an import), or it is an installed module's path.
+    # bound at the top level (a def, a class, an import; also inside a top-level `if`, `try`
+    # or `with`: `if has_triton(): def op(...)`), or it is an installed module's path.
     head = launcher.split(".")[0]
     bound: set[str] = set()
-    for node in tree.body:
+    for node in module_statements(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             bound.add(node.name)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):

@@ -2,7 +2,8 @@
 
 **Autotune.** The space is the autotuner's own configurations, read from a literal
 ``configs=[triton.Config({...}, num_warps=..., num_stages=...), ...]``, a list comprehension
-over literal lists (or module-level names bound to them: ``for BT in BT_LIST``), a
+over literal lists (or module-level names bound to them: ``for BT in BT_LIST``, or
+``itertools.product`` of such lists), a
 module-level list, ``A + B`` of those, or a helper function that builds them (appends Configs
 in ``for`` loops over literals, ``results.append(triton.Config(...))``, or binds, extends and
 returns such lists); anything else gets a note naming the statement discovery stopped at.
@@ -28,6 +29,8 @@ function of the shape. Keys that are flags (``EVEN_K: lambda args: ...``) are ne
 from __future__ import annotations
 
 import ast
+import itertools
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -155,6 +158,8 @@ def _eval(node: ast.expr, env: dict[str, object], consts: _Consts = _NO_CONSTS) 
         if len(ints) == len(args) and 1 <= len(ints) <= 3:
             return list(range(*ints))
         raise _Unreadable(f"`{ast.unparse(node)[:60]}`")
+    if isinstance(node, ast.Call) and dotted_name(node.func) == "itertools.product":
+        return _product(node, env, consts)
     if isinstance(node, (ast.List, ast.Tuple)):
         return [_eval(e, env, consts) for e in node.elts]
     if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Add, ast.Pow)):
@@ -168,6 +173,27 @@ def _eval(node: ast.expr, env: dict[str, object], consts: _Consts = _NO_CONSTS) 
         return ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError) as exc:
         raise _Unreadable(f"`{ast.unparse(node)[:60]}`") from exc
+
+
+def _product(node: ast.Call, env: dict[str, object], consts: _Consts) -> list[object]:
+    """``itertools.product(A, B, ..., repeat=N)`` of literal lists, as the comprehension over
+    nested ``for`` clauses it stands for (torchao: ``for (bm, bn), ns, nw in
+    itertools.product(TILE_SHAPES, [1, 2, 3], [2, 4, 8])``)."""
+    lists = [_eval(a, env, consts) for a in node.args]
+    repeat: object = 1
+    for keyword in node.keywords:
+        if keyword.arg != "repeat":
+            raise _Unreadable(f"`{ast.unparse(node)[:60]}`")
+        repeat = _eval(keyword.value, env, consts)
+    if not (all(isinstance(x, list) for x in lists) and isinstance(repeat, int) and repeat >= 0):
+        raise _Unreadable(f"`{ast.unparse(node)[:60]}`")
+    size = math.prod(len(x) for x in lists if isinstance(x, list)) ** repeat
+    if size > _MAX_CONFIGS:
+        raise _Unreadable("too many configurations")
+    return [
+        list(t)
+        for t in itertools.product(*(x for x in lists if isinstance(x, list)), repeat=repeat)
+    ]
 
 
 def _statements(module: ast.Module) -> list[ast.stmt]:
@@ -576,11 +602,15 @@ def _resolved(node: ast.expr, module: ast.Module | None) -> ast.expr:
         return node
     for _ in range(4):
         if isinstance(node, ast.Name):
-            bound = [
+            bound = [  # CONFIGS = [...], also annotated: CONFIGS: list[triton.Config] = [...]
                 s.value
                 for s in _statements(module)
-                if isinstance(s, ast.Assign)
-                and any(isinstance(t, ast.Name) and t.id == node.id for t in s.targets)
+                if isinstance(s, (ast.Assign, ast.AnnAssign))
+                and s.value is not None
+                and any(
+                    isinstance(t, ast.Name) and t.id == node.id
+                    for t in (s.targets if isinstance(s, ast.Assign) else [s.target])
+                )
             ]
             if not bound:
                 return node

@@ -148,6 +148,13 @@ _ALLOCATORS = frozenset(
     | {"new_empty", "new_zeros", "new_ones", "new_full"}
 )
 
+#: Methods that give an allocation another layout, its elements unchanged (torchao's column-
+#: major scales: ``x.new_empty(M, K // block_size).as_strided((M, K // block_size), (1, M))``).
+_LAYOUT_VIEWS = frozenset(
+    {"as_strided", "t", "transpose", "permute", "view", "reshape", "contiguous"}
+    | {"unsqueeze", "squeeze", "zero_", "fill_"}
+)
+
 
 def returned_sizes(fn: ast.FunctionDef) -> dict[str, tuple[str, int]]:
     """Name -> (a tensor ``fn`` returns, the line that allocates it), for the names the size
@@ -178,6 +185,13 @@ def returned_sizes(fn: ast.FunctionDef) -> dict[str, tuple[str, int]]:
             for name in (n.id for n in ast.walk(target) if isinstance(n, ast.Name)):
                 reads.setdefault(name, set()).update(names_in(value_node))
             call = value_node
+            while (  # x.new_empty((M, K // block)).as_strided(...), torch.empty(...).t()
+                isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Attribute)
+                and call.func.attr in _LAYOUT_VIEWS
+                and isinstance(call.func.value, ast.Call)
+            ):
+                call = call.func.value
             if (
                 isinstance(target, ast.Name)
                 and isinstance(call, ast.Call)

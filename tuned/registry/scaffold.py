@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from tuned.errors import BadInputError
+from tuned.registry.kernel_sources import only_raises
 from tuned.registry.scaffold_source import (
     ShapeRead,
     object_params,
@@ -338,12 +339,17 @@ def _signature_params(target: Any) -> list[inspect.Parameter]:
 
 def _schema_params(schema: Any) -> list[inspect.Parameter]:
     """A custom op's parameters as its registered schema states them (names, ``int`` / ``float``
-    / ``bool`` scalars, defaults)."""
-    kinds = {"int": int, "SymInt": int, "float": float, "bool": bool, "str": str}
+    / ``bool`` scalars, ``torch.dtype``, defaults). A ``ScalarType`` is a dtype: its ``type`` is
+    ``int`` (how it is passed), its ``real_type`` says ``ScalarType`` (torchao's ``out_dtype``
+    was asked for as "an int scalar")."""
+    import torch
+
+    kinds: dict[str, object] = {"int": int, "SymInt": int, "float": float, "bool": bool}
+    kinds |= {"str": str, "ScalarType": torch.dtype}
     out = []
     for arg in schema.arguments:
         default = arg.default_value if arg.has_default_value() else inspect.Parameter.empty
-        annotation = kinds.get(str(arg.type), inspect.Parameter.empty)
+        annotation = kinds.get(str(getattr(arg, "real_type", arg.type)), inspect.Parameter.empty)
         kind = (
             inspect.Parameter.KEYWORD_ONLY
             if arg.kwarg_only
@@ -739,17 +745,30 @@ def add_entry(
                 'runs tests belongs under `if __name__ == "__main__":`) or write the entry '
                 "by hand (docs/registry.md)"
             ) from failed
-        target, params, writes = None, list(read.params), read.returns_nothing
-        returned = list(read.returned)  # an argument written in place and returned
-        flags, objects, reads, sizes = read.flags, read.objects, read.shapes, read.sizes
         note = (
             f"{failed}; its signature was read from the source instead. The worker imports "
             "the module too: tune where that import succeeds (e.g. on the GPU machine)"
         )
     else:
+        fn = _launcher_def(target)
+        read = None
+        if fn is not None and only_raises(fn):  # `else: def op(...): raise ...` was bound
+            read = signature_from_source(path)
+            read = None if read is None or read.stand_in else read
+        if read is not None:
+            note = (
+                f"{path} as imported here only raises: a stand-in its module binds where a "
+                "condition of its own fails on this machine (`if has_triton():`, a GPU "
+                "generation); its signature was read from the definition in the source "
+                "instead. The worker imports the module too: tune where that condition holds"
+            )
+    if read is not None:
+        target, params, writes = None, list(read.params), read.returns_nothing
+        returned = list(read.returned)  # an argument written in place and returned
+        flags, objects, reads, sizes = read.flags, read.objects, read.shapes, read.sizes
+    else:
         params = _signature_params(target)
         writes, returned = _written(target)
-        fn = _launcher_def(target)
         flags = tested_params(fn) if fn is not None else frozenset()
         sizes = size_params(fn) if fn is not None else frozenset()
         objects = object_params(fn) if fn is not None else {}

@@ -19,7 +19,7 @@ import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tuned.registry.kernel_sources import located_source
+from tuned.registry.kernel_sources import located_source, module_functions, only_raises
 from tuned.registry.launchers import launcher_definition, returned_parameters, returns_nothing
 from tuned.registry.problems import Problems
 from tuned.registry.source import outline_module
@@ -48,6 +48,7 @@ class SourceSignature:
     objects: Mapping[str, str]  # parameters read as objects (:func:`object_params`)
     shapes: Mapping[str, ShapeRead]  # how parameters' shapes are read (:func:`shape_reads`)
     sizes: frozenset[str] = frozenset()  # parameters passed as sizes (:func:`size_params`)
+    stand_in: bool = False  # the def only raises (:func:`~.kernel_sources.only_raises`)
 
 
 #: Tensor factories whose positional arguments are sizes (``torch.randn(M, K)``), and
@@ -307,6 +308,8 @@ def signature_from_source(dotted: str) -> SourceSignature | None:
     if outline is None:
         return None
     fn, skip = launcher_definition(source, outline, qualname)
+    if fn is None and "." not in qualname:  # a def inside a top-level `if has_triton():`
+        fn = module_functions(ast.parse(source)).get(qualname)
     if fn is None:
         return None
     return SourceSignature(
@@ -317,4 +320,5 @@ def signature_from_source(dotted: str) -> SourceSignature | None:
         objects=object_params(fn),
         shapes=shape_reads(fn),
         sizes=size_params(fn),
+        stand_in=only_raises(fn),
     )
