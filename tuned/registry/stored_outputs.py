@@ -217,11 +217,23 @@ def _positional(fn: ast.FunctionDef) -> list[str]:
 
 
 @dataclass
-class _Stores:
-    """The parameters of the module's ``@triton.jit`` functions that their stores write."""
+class _KernelFacts:
+    """The parameters of the module's ``@triton.jit`` functions that something holds of,
+    found by walking each kernel (:func:`_flow`) and the module's jit helpers it passes
+    them to: what their stores write (:class:`_Stores`), whose values they use as positions
+    (:class:`_Indexes`)."""
 
     jit: Mapping[str, ast.FunctionDef]
     found: dict[tuple[int, int], frozenset[str]] = field(default_factory=dict)
+
+    def derive(self, node: ast.expr, env: _Env) -> frozenset[str]:
+        """What a name bound to ``node`` stands for (see :func:`_flow`)."""
+        return _pointee(node, env)
+
+    def own(self, call: ast.Call, env: _Env) -> frozenset[str] | None:
+        """The parameters ``call`` itself says the fact of; None for a call of no concern
+        here (a jit helper's is followed)."""
+        raise NotImplementedError
 
     def of(self, fn: ast.FunctionDef, depth: int = 0) -> frozenset[str]:
         key = (id(fn), depth)  # deeper, fewer helpers are followed
@@ -230,32 +242,44 @@ class _Stores:
         self.found[key] = _NONE  # recursion: a kernel calling itself adds nothing
         args = [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]
         env: _Env = {a.arg: frozenset({a.arg}) for a in args if not is_constexpr(a.annotation)}
-        written: set[str] = set()
+        hits: set[str] = set()
 
         def visit(call: ast.Call, env: _Env) -> None:
-            func = call.func
-            attr = func.attr if isinstance(func, ast.Attribute) else ""
-            if isinstance(func, ast.Name) and (func.id == "store" or func.id.startswith("atomic_")):
-                attr, owner = func.id, "tl"
-            else:
-                owner = dotted_name(func.value) if isinstance(func, ast.Attribute) else ""
-            if attr == "store" or attr.startswith("atomic_"):
-                if owner in _LANGUAGE:  # tl.store(pointer, value)
-                    pointer = _first_argument(call, ("pointer",))
-                    if pointer is not None:
-                        written.update(_pointee(pointer, env))
-                elif isinstance(func, ast.Attribute):  # a tensor descriptor's desc.store(...)
-                    written.update(_pointee(func.value, env))
+            own = self.own(call, env)
+            if own is not None:
+                hits.update(own)
                 return
+            func = call.func
             helper = self.jit.get(func.id) if isinstance(func, ast.Name) else None
             if helper is not None and helper is not fn and depth < CALL_DEPTH:
-                stores = self.of(helper, depth + 1)
-                for _, arg in _arguments(call, _positional(helper), stores):
-                    written.update(_pointee(arg, env))
+                inner = self.of(helper, depth + 1)
+                for _, arg in _arguments(call, _positional(helper), inner):
+                    hits.update(_pointee(arg, env))
 
-        _flow(fn.body, env, _pointee, visit)
-        self.found[key] = frozenset(written) & set(env)
+        _flow(fn.body, env, self.derive, visit)
+        self.found[key] = frozenset(hits) & set(env)
         return self.found[key]
+
+
+class _Stores(_KernelFacts):
+    """The parameters a kernel's stores (``tl.store``, ``tl.atomic_*``, a descriptor's
+    ``store``) write."""
+
+    def own(self, call: ast.Call, env: _Env) -> frozenset[str] | None:
+        func = call.func
+        if isinstance(func, ast.Name) and (func.id == "store" or func.id.startswith("atomic_")):
+            attr, owner = func.id, "tl"
+        else:
+            attr = func.attr if isinstance(func, ast.Attribute) else ""
+            owner = dotted_name(func.value) if isinstance(func, ast.Attribute) else ""
+        if not (attr == "store" or attr.startswith("atomic_")):
+            return None
+        if owner in _LANGUAGE:  # tl.store(pointer, value)
+            pointer = _first_argument(call, ("pointer",))
+            return _NONE if pointer is None else _pointee(pointer, env)
+        if isinstance(func, ast.Attribute):  # a tensor descriptor's desc.store(...)
+            return _pointee(func.value, env)
+        return _NONE
 
 
 #: Marks, in an environment, the parameter whose loaded values a name carries (``@P``).
@@ -320,47 +344,27 @@ def _loaded_in(node: ast.expr, env: _Env) -> set[str]:
     return {v[1:] for v in _values(node, env) if v[:1] == _LOADED}
 
 
-@dataclass
-class _Indexes:
-    """The parameters of the module's ``@triton.jit`` functions whose loaded values they use
-    as positions (see the module docstring)."""
+class _Indexes(_KernelFacts):
+    """The parameters whose loaded values a kernel uses as positions (see the module
+    docstring)."""
 
-    jit: Mapping[str, ast.FunctionDef]
-    found: dict[tuple[int, int], frozenset[str]] = field(default_factory=dict)
+    def derive(self, node: ast.expr, env: _Env) -> frozenset[str]:
+        return _values(node, env)
 
-    def of(self, fn: ast.FunctionDef, depth: int = 0) -> frozenset[str]:
-        key = (id(fn), depth)
-        if key in self.found:
-            return self.found[key]
-        self.found[key] = _NONE
-        args = [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]
-        env: _Env = {a.arg: frozenset({a.arg}) for a in args if not is_constexpr(a.annotation)}
-        used: set[str] = set()
-
-        def visit(call: ast.Call, env: _Env) -> None:
-            func = call.func
-            short = dotted_name(func).rpartition(".")[2]
-            memory = short in ("load", "store") or short.startswith("atomic_")
-            if memory and _is_language_call(call, (short,)):
-                pointer = _first_argument(call, ("pointer",))
-                if pointer is not None:
-                    used.update(_loaded_in(pointer, env))
-                return
-            if short in _POSITION_CALLS:  # a block pointer's shape and offsets, loop bounds
-                base = _first_argument(call, _POINTER_KEYWORDS) if "ptr" in short else None
-                for arg in [*call.args, *(k.value for k in call.keywords)]:
-                    if arg is not base:
-                        used.update(_loaded_in(arg, env))
-                return
-            helper = self.jit.get(func.id) if isinstance(func, ast.Name) else None
-            if helper is not None and helper is not fn and depth < CALL_DEPTH:
-                inner = self.of(helper, depth + 1)
-                for _, arg in _arguments(call, _positional(helper), inner):
-                    used.update(_pointee(arg, env))
-
-        _flow(fn.body, env, _values, visit)
-        self.found[key] = frozenset(used) & set(env)
-        return self.found[key]
+    def own(self, call: ast.Call, env: _Env) -> frozenset[str] | None:
+        short = dotted_name(call.func).rpartition(".")[2]
+        memory = short in ("load", "store") or short.startswith("atomic_")
+        if memory and _is_language_call(call, (short,)):
+            pointer = _first_argument(call, ("pointer",))
+            return _NONE if pointer is None else frozenset(_loaded_in(pointer, env))
+        if short in _POSITION_CALLS:  # a block pointer's shape and offsets, loop bounds
+            base = _first_argument(call, _POINTER_KEYWORDS) if "ptr" in short else None
+            used: set[str] = set()
+            for arg in [*call.args, *(k.value for k in call.keywords)]:
+                if arg is not base:
+                    used.update(_loaded_in(arg, env))
+            return frozenset(used)
+        return None
 
 
 def _pointee(node: ast.expr, env: _Env) -> frozenset[str]:
@@ -425,7 +429,7 @@ class _Launches:
     tree: ast.Module
     functions: Mapping[str, ast.FunctionDef]
     kernels: Mapping[str, ast.FunctionDef]
-    stores: _Stores | _Indexes  # the kernels' parameters that count: written, or indices
+    stores: _KernelFacts  # the kernels' parameters that count: written, or indices
     found: dict[tuple[int, int], dict[str, frozenset[str]]] = field(default_factory=dict)
 
     def callees(self, call: ast.Call) -> list[tuple[ast.FunctionDef, int]]:
@@ -502,7 +506,7 @@ def indexed_inputs(dotted: str) -> dict[str, tuple[str, ...]]:
 def _launcher_facts(
     source: str,
     qualname: str,
-    facts: type[_Stores] | type[_Indexes],
+    facts: type[_KernelFacts],
     search: Sequence[str] | None,
 ) -> dict[str, tuple[str, ...]]:
     try:
