@@ -361,6 +361,34 @@ def test_configs_built_by_a_helper_in_loops_or_added_lists(tmp_path: Path) -> No
         torch.testing.assert_close(copy.run(x), x * 3)
 
 
+def test_a_library_autotuner_called_with_configs_and_key_is_one_whatever_its_name(
+    tmp_path: Path,
+) -> None:
+    """A library's autotuner named otherwise (FlagGems' ``@libtuner(configs=..., key=...)``
+    above ``@libentry()``) is recognized by Triton's keywords: its configs are the space, and
+    no ``num_warps`` is added to the launch (it was, and Triton's autotuner got it twice)."""
+    library = AUTOTUNED.replace(
+        "import triton.language as tl\n",
+        "import triton.language as tl\n\n\n"
+        "def lib_entry():\n    return lambda fn: fn\n\n\n"
+        "def tuner(configs, key, strategy=None):\n"
+        "    return triton.autotune(configs=configs, key=key)\n",
+    ).replace("@triton.autotune(", "@lib_entry()\n@tuner(")
+    found = discover_source(library, "run")
+    assert found is not None
+    assert found.knobs["BLOCK"] == (64, 128, 256, 512, 1024)
+    assert found.baseline["num_warps"] == AUTO  # from the configs, not an added option
+    variant, _ = materialize(library, "run", {"BLOCK": 256, "num_warps": 2, "num_stages": 1})
+    assert "_scale[lambda META: (triton.cdiv(n, META['BLOCK']),)](x, out, n)" in variant.replace(
+        '"', "'"
+    )
+    copy = _import(tmp_path, variant, "ktuned_libtuner_pinned")
+    (config,) = copy._scale.configs
+    assert config.kwargs == {"BLOCK": 256} and config.num_warps == 2
+    x = torch.randn(1000)
+    torch.testing.assert_close(copy.run(x), x * 3)
+
+
 def test_configs_discovery_cannot_read_get_a_note_that_says_where_and_what_to_do() -> None:
     configs = """[
         triton.Config({"BLOCK": 128}, num_warps=4),
