@@ -159,6 +159,50 @@ def test_a_heuristic_value_is_a_transform_knob_and_a_flag_is_not(tmp_path: Path)
     torch.testing.assert_close(_import(tmp_path, variant, "ktuned_heuristic").run(x), x * 3)
 
 
+def test_heuristics_given_as_values_are_read_and_a_call_gets_a_note(tmp_path: Path) -> None:
+    """``@triton.heuristics(values={...})`` is Triton's keyword form: it was not read at all.
+    Values computed by a call (FlagGems' ``runtime.get_heuristic_config("softmax_inner")``,
+    a table read at import, whose entries set ``num_warps`` too) cannot be read: a note says
+    so, and no ``num_warps`` is added to the launch (Triton's ``Heuristics`` would override
+    it, so every such candidate was the baseline again)."""
+    keyword = HEURISTIC.replace("@triton.heuristics(\n", "@triton.heuristics(\n    values=")
+    found = discover_source(keyword, "run")
+    assert found is not None
+    assert found.knobs == {"BLOCK_SIZE": ("x1", "x2"), "num_warps": (1, 2, 4, 8, 16)}
+    variant, _ = materialize(keyword, "run", {"BLOCK_SIZE": "x2", "num_warps": 4})
+    x = torch.randn(2, 37)
+    torch.testing.assert_close(_import(tmp_path, variant, "ktuned_heur_kw").run(x), x * 3)
+
+    table = """
+HEURISTICS = {
+    "row": {
+        "BLOCK_SIZE": lambda args: triton.next_power_of_2(args["n"]),
+        "EVEN": lambda args: args["n"] % 2 == 0,
+        "num_warps": lambda args: 2,
+    }
+}
+
+
+def heuristic_config(op):
+    return HEURISTICS[op]
+"""
+    start = HEURISTIC.index("@triton.heuristics(")
+    end = HEURISTIC.index("@triton.jit")
+    called = (
+        HEURISTIC[:start]
+        + table
+        + '\n\n@triton.heuristics(values=heuristic_config("row"))\n'
+        + HEURISTIC[end:]
+    )
+    found = discover_source(called, "run")
+    assert found is not None
+    assert found.knobs == {}
+    (note,) = [n.reason for n in found.notices]
+    assert "_row: its @triton.heuristics values could not be read" in note, note
+    assert "`heuristic_config('row')`, which discovery does not run" in note, note
+    torch.testing.assert_close(_import(tmp_path, called, "ktuned_heur_call").run(x), x * 3)
+
+
 def test_a_pinned_config_keeps_the_configs_hooks(tmp_path: Path) -> None:
     source = AUTOTUNED.replace(
         'triton.Config({"BLOCK": 128}, num_warps=4)',
