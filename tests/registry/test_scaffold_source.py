@@ -4,10 +4,13 @@ code does, raises on a CPU-only machine)."""
 
 from __future__ import annotations
 
+import importlib.util
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 
 from tests.conftest import ADD_SOURCE
 from tests.registry.test_scaffold import ktuned, user_package
@@ -498,3 +501,75 @@ def test_add_reads_the_definition_behind_a_stand_in_that_only_raises(tmp_path: P
     assert "TODO" not in inputs
     yaml = (entry / "kernel.yaml").read_text()
     assert "returns nothing" not in yaml and "outputs: [out]" in yaml, yaml
+
+
+#: Launchers that take an axis, as PyTorch's operators do: one loops over the leading axes
+#: (``range(dim)``, read as a size before), one indexes the shape with it.
+AXIS_SOURCE = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _scale(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+def double_along(x, dim):
+    dim = dim % x.ndim
+    rows = 1
+    for i in range(dim):
+        rows *= x.shape[i]
+    out = torch.empty_like(x)
+    _scale[(triton.cdiv(x.numel(), 256),)](x, out, x.numel(), BLOCK=256)
+    return out
+
+
+def double_picked(x, axis, index):
+    assert index.max() < x.size(axis)
+    out = torch.empty_like(x)
+    _scale[(triton.cdiv(x.numel(), 256),)](x, out, x.numel(), BLOCK=256)
+    return out
+"""
+
+
+def test_a_dim_used_as_an_axis_is_the_last_axis(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``softmax(x, dim)`` (``range(dim)`` over the leading axes) had ``dim`` asked for as a
+    size only production knows; ``index_select(x, dim, index)`` had it drawn as a tensor,
+    which its ``dim % x.ndim`` refused. A ``dim`` or ``axis`` the launcher uses as an axis is
+    the last one, with a comment; the entries run. The same read from source."""
+    from tuned.registry.scaffold import add_entry
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "axes.py").write_text(AXIS_SOURCE)
+    (site / "gpuonly_axes.py").write_text(AXIS_SOURCE.replace("import triton\n", NO_DRIVER, 1))
+    monkeypatch.syspath_prepend(str(site))
+    entries = []
+    for module in ("axes", "gpuonly_axes"):
+        along = add_entry(
+            f"{module}.double_along", [{"M": 4, "N": 8}], ["float32"], tmp_path / module
+        )
+        picked = add_entry(
+            f"{module}.double_picked", [{"M": 4, "N": 8}], ["float32"], tmp_path / module
+        )
+        assert not along.todo and not picked.todo, (along.todo, picked.todo)
+        for added, name in ((along, "dim"), (picked, "axis")):
+            text = (added.directory / "entry.py").read_text()
+            assert f"{name} = 1  # the last axis" in text, text
+        entries.append(picked.directory)
+    entry = _import_entry(entries[0])
+    _, axis, index = entry.make_inputs({"M": 4, "N": 8}, torch.float32, "cpu", 0)
+    assert axis == 1 and index.dtype == torch.int64
+
+
+def _import_entry(directory: Path) -> Any:
+    spec = importlib.util.spec_from_file_location("ktuned_axis_entry", directory / "entry.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

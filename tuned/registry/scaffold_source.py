@@ -27,6 +27,7 @@ from tuned.registry.source import outline_module
 __all__ = [
     "ShapeRead",
     "SourceSignature",
+    "axis_params",
     "object_params",
     "shape_reads",
     "signature_from_source",
@@ -48,6 +49,7 @@ class SourceSignature:
     objects: Mapping[str, str]  # parameters read as objects (:func:`object_params`)
     shapes: Mapping[str, ShapeRead]  # how parameters' shapes are read (:func:`shape_reads`)
     sizes: frozenset[str] = frozenset()  # parameters passed as sizes (:func:`size_params`)
+    axes: frozenset[str] = frozenset()  # parameters used as axes (:func:`axis_params`)
     stand_in: bool = False  # the def only raises (:func:`~.kernel_sources.only_raises`)
 
 
@@ -81,6 +83,42 @@ def size_params(fn: ast.FunctionDef) -> frozenset[str]:
             for item in arg.elts if isinstance(arg, (ast.Tuple, ast.List)) else [arg]:
                 if isinstance(item, ast.Name) and item.id in names:
                     found.add(item.id)
+    return frozenset(found)
+
+
+def axis_params(fn: ast.FunctionDef) -> frozenset[str]:
+    """The parameters of ``fn`` named ``dim`` or ``axis`` that it uses as an axis: to index a
+    shape or a stride (``x.shape[dim]``, ``x.size(dim)``, ``x.stride(dim)``), reduced modulo
+    the rank (``dim % x.ndim``, ``dim % x.dim()``) or passed on as one (``dim=dim``): an axis,
+    never a tensor, nor a size only production knows (FlagGems' ``softmax(self, dim)`` loops
+    ``for i in range(dim)`` over the leading axes; ``index_select(inp, dim, index)`` got
+    ``dim`` drawn as a tensor)."""
+    names = {
+        a.arg
+        for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]
+        if a.arg.lower() in ("dim", "axis")
+    }
+    found: set[str] = set()
+
+    def named(node: ast.expr) -> str | None:
+        return node.id if isinstance(node, ast.Name) and node.id in names else None
+
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute):
+            if node.value.attr == "shape" and (name := named(node.slice)):
+                found.add(name)
+        elif isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Attribute) and node.func.attr in ("size", "stride"):
+                found.update(n for a in node.args[:1] if (n := named(a)))
+            found.update(
+                n for k in node.keywords if k.arg in ("dim", "axis") and (n := named(k.value))
+            )
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+            rank = node.right
+            if isinstance(rank, ast.Call):
+                rank = rank.func
+            if isinstance(rank, ast.Attribute) and rank.attr in ("ndim", "dim"):
+                found.update(n for n in [named(node.left)] if n)
     return frozenset(found)
 
 
@@ -320,5 +358,6 @@ def signature_from_source(dotted: str) -> SourceSignature | None:
         objects=object_params(fn),
         shapes=shape_reads(fn),
         sizes=size_params(fn),
+        axes=axis_params(fn),
         stand_in=only_raises(fn),
     )
