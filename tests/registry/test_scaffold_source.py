@@ -371,6 +371,25 @@ def test_an_input_asserted_to_have_an_inputs_shape_is_drawn_with_it() -> None:
     assert gate("    T, K = g.shape\n") == 'g_ = rand(shape["T"], shape["K"])'
 
 
+def test_an_input_asserted_to_have_a_named_inputs_shape_is_drawn_with_its_names() -> None:
+    """A vector dot product asserts ``x.shape == y.shape`` and names ``N = x.shape[0]``:
+    ``x`` was drawn ``(N,)`` and ``y`` with every dimension of the shape, and the original
+    failed on its own assertion. ``y`` is drawn as ``x`` is."""
+    import ast
+    import inspect
+
+    from tuned.registry.scaffold import infer_inputs
+    from tuned.registry.scaffold_source import shape_reads
+
+    fn = ast.parse(
+        "def dot(x, y):\n    assert x.shape == y.shape\n    N = x.shape[0]\n    return x\n"
+    ).body[0]
+    assert isinstance(fn, ast.FunctionDef)
+    params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in ("x", "y")]
+    lines, todo = infer_inputs(params, {"M": 4, "N": 8}, reads=shape_reads(fn))
+    assert not todo and 'x = rand(shape["N"])' in lines and 'y = rand(shape["N"])' in lines, lines
+
+
 def test_dimensions_named_one_by_one_draw_the_tensor_with_those_names() -> None:
     """gemlite's GEMM reads ``M, K, N = x.shape[0], x.shape[1], W_q.shape[1]``: with
     ``--shape M=..,K=..,N=..``, ``x`` was drawn 3-D (every dimension of the shape, in order)

@@ -264,6 +264,12 @@ def shape_reads(fn: ast.FunctionDef) -> dict[str, ShapeRead]:
         found[owner] = dataclasses.replace(
             seen, names=tuple(dims[i][0] for i in range(seen.rank)), line=first[1], text=first[2]
         )
+    for owner, seen in list(found.items()):  # `assert x.shape == y.shape` then `N =
+        if seen.names or seen.exact:  # x.shape[0]`: y is read as x is (FlagGems' dot;
+            continue  # y was drawn with every dimension of the shape, x 1-D)
+        peer = next((found[p] for p in seen.same_as if p in found and found[p].names), None)
+        if peer is not None:
+            found[owner] = dataclasses.replace(peer, same_as=seen.same_as)
     return found
 
 
