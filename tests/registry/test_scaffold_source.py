@@ -546,6 +546,13 @@ def double_along(x, dim):
     return out
 
 
+def double_over(x, dim):
+    dim = [d % x.ndim for d in dim]
+    out = torch.empty_like(x)
+    _scale[(triton.cdiv(x.numel(), 256),)](x, out, x.numel(), BLOCK=256)
+    return out
+
+
 def double_picked(x, axis, index):
     assert index.max() < x.size(axis)
     out = torch.empty_like(x)
@@ -581,6 +588,12 @@ def test_a_dim_used_as_an_axis_is_the_last_axis(
             text = (added.directory / "entry.py").read_text()
             assert f"{name} = 1  # the last axis" in text, text
         entries.append(picked.directory)
+        # a list of axes (`mean_dim(x, dim)` iterates it): the last one, in a list
+        over = add_entry(
+            f"{module}.double_over", [{"M": 4, "N": 8}], ["float32"], tmp_path / module
+        )
+        assert not over.todo, over.todo
+        assert "dim = [1]  # the last axis" in (over.directory / "entry.py").read_text()
     entry = _import_entry(entries[0])
     _, axis, index = entry.make_inputs({"M": 4, "N": 8}, torch.float32, "cpu", 0)
     assert axis == 1 and index.dtype == torch.int64

@@ -49,7 +49,8 @@ class SourceSignature:
     objects: Mapping[str, str]  # parameters read as objects (:func:`object_params`)
     shapes: Mapping[str, ShapeRead]  # how parameters' shapes are read (:func:`shape_reads`)
     sizes: frozenset[str] = frozenset()  # parameters passed as sizes (:func:`size_params`)
-    axes: frozenset[str] = frozenset()  # parameters used as axes (:func:`axis_params`)
+    #: parameters used as axes, and whether each is a list of them (:func:`axis_params`)
+    axes: Mapping[str, bool] = dataclasses.field(default_factory=dict)
     stand_in: bool = False  # the def only raises (:func:`~.kernel_sources.only_raises`)
 
 
@@ -86,40 +87,61 @@ def size_params(fn: ast.FunctionDef) -> frozenset[str]:
     return frozenset(found)
 
 
-def axis_params(fn: ast.FunctionDef) -> frozenset[str]:
+def axis_params(fn: ast.FunctionDef) -> dict[str, bool]:
     """The parameters of ``fn`` named ``dim`` or ``axis`` that it uses as an axis: to index a
     shape or a stride (``x.shape[dim]``, ``x.size(dim)``, ``x.stride(dim)``), reduced modulo
     the rank (``dim % x.ndim``, ``dim % x.dim()``) or passed on as one (``dim=dim``): an axis,
     never a tensor, nor a size only production knows (FlagGems' ``softmax(self, dim)`` loops
     ``for i in range(dim)`` over the leading axes; ``index_select(inp, dim, index)`` got
-    ``dim`` drawn as a tensor)."""
+    ``dim`` drawn as a tensor). Each with whether it is a list of axes: iterated, each item
+    used so (``[d % x.ndim for d in dim]``, FlagGems' ``mean_dim(x, dim)``)."""
     names = {
         a.arg
         for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]
         if a.arg.lower() in ("dim", "axis")
     }
-    found: set[str] = set()
+    items: dict[str, str] = {}  # a loop variable over one of them -> that parameter
+    for node in ast.walk(fn):
+        loops: list[ast.For | ast.comprehension] = [node] if isinstance(node, ast.For) else []
+        if isinstance(node, (ast.ListComp, ast.GeneratorExp)):
+            loops += node.generators
+        for loop in loops:
+            if (
+                isinstance(loop.iter, ast.Name)
+                and loop.iter.id in names
+                and isinstance(loop.target, ast.Name)
+            ):
+                items[loop.target.id] = loop.iter.id
+    found: dict[str, bool] = {}
 
-    def named(node: ast.expr) -> str | None:
-        return node.id if isinstance(node, ast.Name) and node.id in names else None
+    def use(node: ast.expr) -> None:
+        if isinstance(node, ast.Name) and node.id in names:
+            found.setdefault(node.id, False)
+        elif isinstance(node, ast.Name) and node.id in items:
+            found[items[node.id]] = True
 
     for node in ast.walk(fn):
         if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute):
-            if node.value.attr == "shape" and (name := named(node.slice)):
-                found.add(name)
+            if node.value.attr == "shape":
+                use(node.slice)
         elif isinstance(node, ast.Call):
             if isinstance(node.func, ast.Attribute) and node.func.attr in ("size", "stride"):
-                found.update(n for a in node.args[:1] if (n := named(a)))
-            found.update(
-                n for k in node.keywords if k.arg in ("dim", "axis") and (n := named(k.value))
-            )
+                for arg in node.args[:1]:
+                    use(arg)
+            for k in node.keywords:
+                if (
+                    k.arg in ("dim", "axis")
+                    and isinstance(k.value, ast.Name)
+                    and k.value.id in names
+                ):
+                    found.setdefault(k.value.id, False)
         elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
             rank = node.right
             if isinstance(rank, ast.Call):
                 rank = rank.func
             if isinstance(rank, ast.Attribute) and rank.attr in ("ndim", "dim"):
-                found.update(n for n in [named(node.left)] if n)
-    return frozenset(found)
+                use(node.left)
+    return found
 
 
 def tested_params(fn: ast.FunctionDef) -> frozenset[str]:
