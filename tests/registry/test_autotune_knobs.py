@@ -159,6 +159,50 @@ def test_a_heuristic_value_is_a_transform_knob_and_a_flag_is_not(tmp_path: Path)
     torch.testing.assert_close(_import(tmp_path, variant, "ktuned_heuristic").run(x), x * 3)
 
 
+def test_heuristics_given_as_values_are_read_and_a_call_gets_a_note(tmp_path: Path) -> None:
+    """``@triton.heuristics(values={...})`` is Triton's keyword form: it was not read at all.
+    Values computed by a call (FlagGems' ``runtime.get_heuristic_config("softmax_inner")``,
+    a table read at import, whose entries set ``num_warps`` too) cannot be read: a note says
+    so, and no ``num_warps`` is added to the launch (Triton's ``Heuristics`` would override
+    it, so every such candidate was the baseline again)."""
+    keyword = HEURISTIC.replace("@triton.heuristics(\n", "@triton.heuristics(\n    values=")
+    found = discover_source(keyword, "run")
+    assert found is not None
+    assert found.knobs == {"BLOCK_SIZE": ("x1", "x2"), "num_warps": (1, 2, 4, 8, 16)}
+    variant, _ = materialize(keyword, "run", {"BLOCK_SIZE": "x2", "num_warps": 4})
+    x = torch.randn(2, 37)
+    torch.testing.assert_close(_import(tmp_path, variant, "ktuned_heur_kw").run(x), x * 3)
+
+    table = """
+HEURISTICS = {
+    "row": {
+        "BLOCK_SIZE": lambda args: triton.next_power_of_2(args["n"]),
+        "EVEN": lambda args: args["n"] % 2 == 0,
+        "num_warps": lambda args: 2,
+    }
+}
+
+
+def heuristic_config(op):
+    return HEURISTICS[op]
+"""
+    start = HEURISTIC.index("@triton.heuristics(")
+    end = HEURISTIC.index("@triton.jit")
+    called = (
+        HEURISTIC[:start]
+        + table
+        + '\n\n@triton.heuristics(values=heuristic_config("row"))\n'
+        + HEURISTIC[end:]
+    )
+    found = discover_source(called, "run")
+    assert found is not None
+    assert found.knobs == {}
+    (note,) = [n.reason for n in found.notices]
+    assert "_row: its @triton.heuristics values could not be read" in note, note
+    assert "`heuristic_config('row')`, which discovery does not run" in note, note
+    torch.testing.assert_close(_import(tmp_path, called, "ktuned_heur_call").run(x), x * 3)
+
+
 def test_a_pinned_config_keeps_the_configs_hooks(tmp_path: Path) -> None:
     source = AUTOTUNED.replace(
         'triton.Config({"BLOCK": 128}, num_warps=4)',
@@ -359,6 +403,34 @@ def test_configs_built_by_a_helper_in_loops_or_added_lists(tmp_path: Path) -> No
         assert _space(copy) == {(256, 2, 1)}
         x = torch.randn(1000)
         torch.testing.assert_close(copy.run(x), x * 3)
+
+
+def test_a_library_autotuner_called_with_configs_and_key_is_one_whatever_its_name(
+    tmp_path: Path,
+) -> None:
+    """A library's autotuner named otherwise (FlagGems' ``@libtuner(configs=..., key=...)``
+    above ``@libentry()``) is recognized by Triton's keywords: its configs are the space, and
+    no ``num_warps`` is added to the launch (it was, and Triton's autotuner got it twice)."""
+    library = AUTOTUNED.replace(
+        "import triton.language as tl\n",
+        "import triton.language as tl\n\n\n"
+        "def lib_entry():\n    return lambda fn: fn\n\n\n"
+        "def tuner(configs, key, strategy=None):\n"
+        "    return triton.autotune(configs=configs, key=key)\n",
+    ).replace("@triton.autotune(", "@lib_entry()\n@tuner(")
+    found = discover_source(library, "run")
+    assert found is not None
+    assert found.knobs["BLOCK"] == (64, 128, 256, 512, 1024)
+    assert found.baseline["num_warps"] == AUTO  # from the configs, not an added option
+    variant, _ = materialize(library, "run", {"BLOCK": 256, "num_warps": 2, "num_stages": 1})
+    assert "_scale[lambda META: (triton.cdiv(n, META['BLOCK']),)](x, out, n)" in variant.replace(
+        '"', "'"
+    )
+    copy = _import(tmp_path, variant, "ktuned_libtuner_pinned")
+    (config,) = copy._scale.configs
+    assert config.kwargs == {"BLOCK": 256} and config.num_warps == 2
+    x = torch.randn(1000)
+    torch.testing.assert_close(copy.run(x), x * 3)
 
 
 def test_configs_discovery_cannot_read_get_a_note_that_says_where_and_what_to_do() -> None:

@@ -4,10 +4,13 @@ code does, raises on a CPU-only machine)."""
 
 from __future__ import annotations
 
+import importlib.util
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 
 from tests.conftest import ADD_SOURCE
 from tests.registry.test_scaffold import ktuned, user_package
@@ -368,6 +371,25 @@ def test_an_input_asserted_to_have_an_inputs_shape_is_drawn_with_it() -> None:
     assert gate("    T, K = g.shape\n") == 'g_ = rand(shape["T"], shape["K"])'
 
 
+def test_an_input_asserted_to_have_a_named_inputs_shape_is_drawn_with_its_names() -> None:
+    """A vector dot product asserts ``x.shape == y.shape`` and names ``N = x.shape[0]``:
+    ``x`` was drawn ``(N,)`` and ``y`` with every dimension of the shape, and the original
+    failed on its own assertion. ``y`` is drawn as ``x`` is."""
+    import ast
+    import inspect
+
+    from tuned.registry.scaffold import infer_inputs
+    from tuned.registry.scaffold_source import shape_reads
+
+    fn = ast.parse(
+        "def dot(x, y):\n    assert x.shape == y.shape\n    N = x.shape[0]\n    return x\n"
+    ).body[0]
+    assert isinstance(fn, ast.FunctionDef)
+    params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in ("x", "y")]
+    lines, todo = infer_inputs(params, {"M": 4, "N": 8}, reads=shape_reads(fn))
+    assert not todo and 'x = rand(shape["N"])' in lines and 'y = rand(shape["N"])' in lines, lines
+
+
 def test_dimensions_named_one_by_one_draw_the_tensor_with_those_names() -> None:
     """gemlite's GEMM reads ``M, K, N = x.shape[0], x.shape[1], W_q.shape[1]``: with
     ``--shape M=..,K=..,N=..``, ``x`` was drawn 3-D (every dimension of the shape, in order)
@@ -498,3 +520,88 @@ def test_add_reads_the_definition_behind_a_stand_in_that_only_raises(tmp_path: P
     assert "TODO" not in inputs
     yaml = (entry / "kernel.yaml").read_text()
     assert "returns nothing" not in yaml and "outputs: [out]" in yaml, yaml
+
+
+#: Launchers that take an axis, as PyTorch's operators do: one loops over the leading axes
+#: (``range(dim)``, read as a size before), one indexes the shape with it.
+AXIS_SOURCE = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _scale(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+def double_along(x, dim):
+    dim = dim % x.ndim
+    rows = 1
+    for i in range(dim):
+        rows *= x.shape[i]
+    out = torch.empty_like(x)
+    _scale[(triton.cdiv(x.numel(), 256),)](x, out, x.numel(), BLOCK=256)
+    return out
+
+
+def double_over(x, dim):
+    dim = [d % x.ndim for d in dim]
+    out = torch.empty_like(x)
+    _scale[(triton.cdiv(x.numel(), 256),)](x, out, x.numel(), BLOCK=256)
+    return out
+
+
+def double_picked(x, axis, index):
+    assert index.max() < x.size(axis)
+    out = torch.empty_like(x)
+    _scale[(triton.cdiv(x.numel(), 256),)](x, out, x.numel(), BLOCK=256)
+    return out
+"""
+
+
+def test_a_dim_used_as_an_axis_is_the_last_axis(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``softmax(x, dim)`` (``range(dim)`` over the leading axes) had ``dim`` asked for as a
+    size only production knows; ``index_select(x, dim, index)`` had it drawn as a tensor,
+    which its ``dim % x.ndim`` refused. A ``dim`` or ``axis`` the launcher uses as an axis is
+    the last one, with a comment; the entries run. The same read from source."""
+    from tuned.registry.scaffold import add_entry
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "axes.py").write_text(AXIS_SOURCE)
+    (site / "gpuonly_axes.py").write_text(AXIS_SOURCE.replace("import triton\n", NO_DRIVER, 1))
+    monkeypatch.syspath_prepend(str(site))
+    entries = []
+    for module in ("axes", "gpuonly_axes"):
+        along = add_entry(
+            f"{module}.double_along", [{"M": 4, "N": 8}], ["float32"], tmp_path / module
+        )
+        picked = add_entry(
+            f"{module}.double_picked", [{"M": 4, "N": 8}], ["float32"], tmp_path / module
+        )
+        assert not along.todo and not picked.todo, (along.todo, picked.todo)
+        for added, name in ((along, "dim"), (picked, "axis")):
+            text = (added.directory / "entry.py").read_text()
+            assert f"{name} = 1  # the last axis" in text, text
+        entries.append(picked.directory)
+        # a list of axes (`mean_dim(x, dim)` iterates it): the last one, in a list
+        over = add_entry(
+            f"{module}.double_over", [{"M": 4, "N": 8}], ["float32"], tmp_path / module
+        )
+        assert not over.todo, over.todo
+        assert "dim = [1]  # the last axis" in (over.directory / "entry.py").read_text()
+    entry = _import_entry(entries[0])
+    _, axis, index = entry.make_inputs({"M": 4, "N": 8}, torch.float32, "cpu", 0)
+    assert axis == 1 and index.dtype == torch.int64
+
+
+def _import_entry(directory: Path) -> Any:
+    spec = importlib.util.spec_from_file_location("ktuned_axis_entry", directory / "entry.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

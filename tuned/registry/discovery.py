@@ -322,8 +322,9 @@ class _Finder:
                 f"{kernel.name} is imported and its @triton.heuristics live in its own module; "
                 "they are not tuned here (register that module's launcher to tune them)",
             )
-        elif kernel.heuristics is not None:
-            self.heuristics(kernel, grid)
+        heuristic: set[str] | None = set()  # what its heuristics set (None: unknown)
+        if kernel.heuristics is not None and not kernel.foreign:
+            heuristic = self.heuristics(kernel, grid)
         passed = {name for name, _ in bound}
         for name, expr in bound:
             if name in kernel.constexprs or name in _LAUNCH_OPTIONS:
@@ -331,8 +332,10 @@ class _Finder:
         if kernel.autotune is None:
             wanted = ["num_warps", *(["num_stages"] if kernel.uses_dot else [])]
             for option in wanted:
-                if option in passed:
-                    continue
+                if option in passed or (heuristic is not None and option in heuristic):
+                    continue  # a heuristic's value overrides the launch's (Triton's Heuristics)
+                if heuristic is None:
+                    continue  # heuristics discovery cannot read may set it (noted)
                 if opaque:
                     self.note(
                         call,
@@ -487,15 +490,31 @@ class _Finder:
         use.dot = kernel.uses_dot
         self.autotune_spaces[kernel.name] = space
 
-    def heuristics(self, kernel: KernelFacts, grid: set[str]) -> None:
+    def heuristics(self, kernel: KernelFacts, grid: set[str]) -> set[str] | None:
+        """Tune the values ``@triton.heuristics({...})`` (or ``values={...}``) computes; the
+        names it sets, or None when its mapping is not a literal dict (a call, as FlagGems'
+        ``runtime.get_heuristic_config("softmax_inner")``, which reads a table at import)."""
         assert kernel.heuristics is not None
-        values = kernel.heuristics.args[0] if kernel.heuristics.args else None
+        call = kernel.heuristics
+        values = call.args[0] if call.args else None
+        values = next((k.value for k in call.keywords if k.arg == "values"), values)
         if not isinstance(values, ast.Dict):
-            return
+            shown = ast.unparse(values)[:60] if values is not None else "nothing"
+            self.note(
+                call,
+                f"{kernel.name}: its @triton.heuristics values could not be read without "
+                f"running the module (discovery reads a literal dict of lambdas); they come "
+                f"from `{shown}`, which discovery does not run: the values they set are not "
+                "tuned, and no num_warps or num_stages is added to its launch (a heuristic "
+                "may set it, and would override the launch's)",
+            )
+            return None
+        names: set[str] = set()
         for k, v in zip(values.keys, values.values, strict=True):
             if not (isinstance(k, ast.Constant) and isinstance(k.value, str)):
                 continue
             target = k.value
+            names.add(target)
             rule = knob_rule({target}, 1)
             if rule not in ("block", "warps") or not self.performance(kernel, target):
                 continue
@@ -506,6 +525,7 @@ class _Finder:
             use = self.use(key, target, "heuristic", kernel.name)
             use.nodes = [(v.body, False)]
             self.feed(use, kernel, target, grid)
+        return names
 
     # -- naming and values
 

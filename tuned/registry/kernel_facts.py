@@ -113,18 +113,20 @@ def _decorator(fn: ast.FunctionDef, name: str) -> ast.Call | None:
 
 
 def _autotune(fn: ast.FunctionDef) -> ast.Call | None:
-    """``@triton.autotune(configs=...)``, or a library's own autotuner named like it and
-    called with configs (``@fla_cache_autotune(configs=[...], key=[...])``, a subclass of
-    Triton's ``Autotuner``): either runs the kernel with each config's options, so a launch
-    must not pass them again."""
+    """``@triton.autotune(configs=...)``, or a library's own autotuner (a subclass of
+    Triton's ``Autotuner``) named like it and called with configs
+    (``@fla_cache_autotune(configs=[...], key=[...])``) or, whatever its name, called as
+    Triton's is, with ``configs=`` and ``key=`` (FlagGems' ``@libtuner(configs=..., key=...)``):
+    either runs the kernel with each config's options, so a launch must not pass them again."""
     found = _decorator(fn, "autotune")
     if found is not None:
         return found
     for d in fn.decorator_list:
-        if (
-            isinstance(d, ast.Call)
-            and decorator_name(d).lower().endswith("autotune")
-            and (d.args or any(k.arg == "configs" for k in d.keywords))
+        if not isinstance(d, ast.Call):
+            continue
+        keywords = {k.arg for k in d.keywords}
+        if {"configs", "key"} <= keywords or (
+            decorator_name(d).lower().endswith("autotune") and (d.args or "configs" in keywords)
         ):
             return d
     return None

@@ -41,6 +41,7 @@ from tuned.errors import BadInputError
 from tuned.registry.kernel_sources import only_raises
 from tuned.registry.scaffold_source import (
     ShapeRead,
+    axis_params,
     object_params,
     shape_reads,
     signature_from_source,
@@ -390,6 +391,7 @@ def _plan_inputs(
     reads: Mapping[str, ShapeRead] | None = None,
     indexes: Mapping[str, Sequence[str]] | None = None,
     sizes: frozenset[str] = frozenset(),
+    axes: Mapping[str, bool] | None = None,
 ) -> tuple[list[str], list[str], frozenset[str], list[str]]:
     """:func:`infer_inputs`, the parameters that are tensors, drawn or asked for at another
     rank (those a launcher's kernels can store into: :func:`_stored_outputs`), and the
@@ -397,10 +399,13 @@ def _plan_inputs(
     ``indexes``: parameters whose values its kernels use as positions
     (:func:`~tuned.registry.stored_outputs.indexed_inputs`), with those kernels: asked for,
     never drawn as floats; ``sizes``: parameters it passes as sizes
-    (:func:`~tuned.registry.scaffold_source.size_params`): a dimension, or asked for."""
+    (:func:`~tuned.registry.scaffold_source.size_params`): a dimension, or asked for;
+    ``axes``: ``dim`` or ``axis`` parameters it uses as an axis, or as a list of them
+    (:func:`~tuned.registry.scaffold_source.axis_params`): the last one."""
     objects = objects or {}
     reads = reads or {}
     indexes = indexes or {}
+    axes = axes or {}
     order = list(dims)
     full = ", ".join(f'shape["{d}"]' for d in order)
     last = f'shape["{order[-1]}"]'
@@ -442,6 +447,9 @@ def _plan_inputs(
         elif p.name in flags:
             todo.append(f"{p.name} (a flag the launcher tests: choose the value production uses)")
             continue
+        elif p.name in axes:  # x.shape[dim], dim % x.ndim: an axis of the drawn tensors
+            last_axis = f"[{len(order) - 1}]" if axes[p.name] else str(len(order) - 1)
+            lines.append(f"{var} = {last_axis}  # the last axis: use production's if it differs")
         elif p.name in sizes:
             todo.append(
                 f"{p.name} (an integer the launcher passes as a size: the value production "
@@ -766,11 +774,13 @@ def add_entry(
         target, params, writes = None, list(read.params), read.returns_nothing
         returned = list(read.returned)  # an argument written in place and returned
         flags, objects, reads, sizes = read.flags, read.objects, read.shapes, read.sizes
+        axes = read.axes
     else:
         params = _signature_params(target)
         writes, returned = _written(target)
         flags = tested_params(fn) if fn is not None else frozenset()
         sizes = size_params(fn) if fn is not None else frozenset()
+        axes = axis_params(fn) if fn is not None else {}
         objects = object_params(fn) if fn is not None else {}
         reads = reads_through_calls(target, fn) if fn is not None else {}
     entry_name = name or re.sub(
@@ -784,7 +794,7 @@ def add_entry(
 
     indexes = indexed_inputs(path)
     body, todo, tensors, keywords = _plan_inputs(
-        params, shapes[0], flags, objects, reads, indexes, sizes
+        params, shapes[0], flags, objects, reads, indexes, sizes, axes
     )
     (directory / "entry.py").write_text(
         _entry_text(path, params, body, todo, keywords), encoding="utf-8"

@@ -27,6 +27,7 @@ from tuned.registry.source import outline_module
 __all__ = [
     "ShapeRead",
     "SourceSignature",
+    "axis_params",
     "object_params",
     "shape_reads",
     "signature_from_source",
@@ -48,6 +49,8 @@ class SourceSignature:
     objects: Mapping[str, str]  # parameters read as objects (:func:`object_params`)
     shapes: Mapping[str, ShapeRead]  # how parameters' shapes are read (:func:`shape_reads`)
     sizes: frozenset[str] = frozenset()  # parameters passed as sizes (:func:`size_params`)
+    #: parameters used as axes, and whether each is a list of them (:func:`axis_params`)
+    axes: Mapping[str, bool] = dataclasses.field(default_factory=dict)
     stand_in: bool = False  # the def only raises (:func:`~.kernel_sources.only_raises`)
 
 
@@ -82,6 +85,63 @@ def size_params(fn: ast.FunctionDef) -> frozenset[str]:
                 if isinstance(item, ast.Name) and item.id in names:
                     found.add(item.id)
     return frozenset(found)
+
+
+def axis_params(fn: ast.FunctionDef) -> dict[str, bool]:
+    """The parameters of ``fn`` named ``dim`` or ``axis`` that it uses as an axis: to index a
+    shape or a stride (``x.shape[dim]``, ``x.size(dim)``, ``x.stride(dim)``), reduced modulo
+    the rank (``dim % x.ndim``, ``dim % x.dim()``) or passed on as one (``dim=dim``): an axis,
+    never a tensor, nor a size only production knows (FlagGems' ``softmax(self, dim)`` loops
+    ``for i in range(dim)`` over the leading axes; ``index_select(inp, dim, index)`` got
+    ``dim`` drawn as a tensor). Each with whether it is a list of axes: iterated, each item
+    used so (``[d % x.ndim for d in dim]``, FlagGems' ``mean_dim(x, dim)``)."""
+    names = {
+        a.arg
+        for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]
+        if a.arg.lower() in ("dim", "axis")
+    }
+    items: dict[str, str] = {}  # a loop variable over one of them -> that parameter
+    for node in ast.walk(fn):
+        loops: list[ast.For | ast.comprehension] = [node] if isinstance(node, ast.For) else []
+        if isinstance(node, (ast.ListComp, ast.GeneratorExp)):
+            loops += node.generators
+        for loop in loops:
+            if (
+                isinstance(loop.iter, ast.Name)
+                and loop.iter.id in names
+                and isinstance(loop.target, ast.Name)
+            ):
+                items[loop.target.id] = loop.iter.id
+    found: dict[str, bool] = {}
+
+    def use(node: ast.expr) -> None:
+        if isinstance(node, ast.Name) and node.id in names:
+            found.setdefault(node.id, False)
+        elif isinstance(node, ast.Name) and node.id in items:
+            found[items[node.id]] = True
+
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute):
+            if node.value.attr == "shape":
+                use(node.slice)
+        elif isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Attribute) and node.func.attr in ("size", "stride"):
+                for arg in node.args[:1]:
+                    use(arg)
+            for k in node.keywords:
+                if (
+                    k.arg in ("dim", "axis")
+                    and isinstance(k.value, ast.Name)
+                    and k.value.id in names
+                ):
+                    found.setdefault(k.value.id, False)
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+            rank = node.right
+            if isinstance(rank, ast.Call):
+                rank = rank.func
+            if isinstance(rank, ast.Attribute) and rank.attr in ("ndim", "dim"):
+                use(node.left)
+    return found
 
 
 def tested_params(fn: ast.FunctionDef) -> frozenset[str]:
@@ -226,6 +286,12 @@ def shape_reads(fn: ast.FunctionDef) -> dict[str, ShapeRead]:
         found[owner] = dataclasses.replace(
             seen, names=tuple(dims[i][0] for i in range(seen.rank)), line=first[1], text=first[2]
         )
+    for owner, seen in list(found.items()):  # `assert x.shape == y.shape` then `N =
+        if seen.names or seen.exact:  # x.shape[0]`: y is read as x is (FlagGems' dot;
+            continue  # y was drawn with every dimension of the shape, x 1-D)
+        peer = next((found[p] for p in seen.same_as if p in found and found[p].names), None)
+        if peer is not None:
+            found[owner] = dataclasses.replace(peer, same_as=seen.same_as)
     return found
 
 
@@ -320,5 +386,6 @@ def signature_from_source(dotted: str) -> SourceSignature | None:
         objects=object_params(fn),
         shapes=shape_reads(fn),
         sizes=size_params(fn),
+        axes=axis_params(fn),
         stand_in=only_raises(fn),
     )
