@@ -225,6 +225,18 @@ def test_a_tensor_read_with_more_dimensions_than_the_shape_is_drawn_by_name_or_a
     assert "the shape has 4 dimensions" in todo[0] and "e.g. B=...,H=...,T=..." in todo[0]
     drawn, todo = infer_inputs(s_param, {"B": 2, "H": 4, "T": 64}, reads=s_reads)
     assert not todo and 's = rand(shape["B"], shape["H"], shape["T"])' in drawn, drawn
+    # Named in part: `K, N = b.shape` under --shape M,N is no (M, N) weight; names the shape
+    # does not use at all (`n_rows, n_cols`) are any two dimensions, drawn in order.
+    mm = ast.parse("def mm(a, b):\n    K, N = b.shape\n    n_rows, n_cols = a.shape\n").body[0]
+    assert isinstance(mm, ast.FunctionDef)
+    mm_params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in ("a", "b")]
+    drawn, todo = infer_inputs(mm_params, {"M": 4, "N": 8}, reads=shape_reads(mm))
+    assert 'a = rand(shape["M"], shape["N"])' in drawn, drawn
+    assert len(todo) == 1 and "b (the launcher reads it as 2-D, line 2: `K, N = b.shape`" in todo[0]
+    assert "--shape does not name K: give --shape the dimensions it needs" in todo[0], todo
+    drawn, todo = infer_inputs(mm_params, {"M": 4, "K": 6, "N": 8}, reads=shape_reads(mm))
+    assert 'b = rand(shape["K"], shape["N"])' in drawn, drawn
+    assert len(todo) == 1 and todo[0].startswith("a (the launcher reads it as 2-D"), todo
 
 
 WRAPPED_ATTENTION = """

@@ -512,10 +512,15 @@ def _plan_inputs(
         elif p.name in reads and (drawn := _read_as(reads[p.name], order)) is not None:
             if not drawn:
                 read = reads[p.name]
+                has = (
+                    f"--shape does not name {', '.join(_missing(read, order))}"
+                    if read.rank == len(order)
+                    else f"the shape has {len(order)} dimensions"
+                )
                 todo.append(
                     f"{p.name} (the launcher reads it as {read.rank}-D, line {read.line}: "
-                    f"`{read.text}`; the shape has {len(order)} dimensions: give --shape "
-                    f"the dimensions it needs{_named(read)})"
+                    f"`{read.text}`; {has}: give --shape the dimensions it needs"
+                    f"{_named(read)})"
                 )
                 tensors.add(p.name)  # a tensor still: what its kernels write is declared
                 continue
@@ -547,13 +552,22 @@ def _read_as(read: ShapeRead, order: Sequence[str]) -> str | None:
     that order where the shape has every one (``B, H, L, D = q.shape`` with ``--shape
     B=..,H=..,L=..,D=..``); "" when the shape has fewer dimensions than it reads, or another
     number than it unpacks whole (``B, H, T = s.shape`` with a 4-D shape: "too many values
-    to unpack" on the device, 8 TritonBench-G originals) (a TODO); None to draw it with the
-    shape's dimensions in order, as before."""
+    to unpack" on the device, 8 TritonBench-G originals), or names some of the shape's
+    dimensions and others it lacks (``K, N = b.shape`` with ``--shape M=..,N=..``: drawn
+    ``(M, N)``, a matmul's weight fitted square shapes only) (a TODO); None to draw it with
+    the shape's dimensions in order, as before (``n_rows, n_cols = x.shape``)."""
     if read.names and all(n is not None and n in order for n in read.names):
         return ", ".join(f'shape["{n}"]' for n in read.names)
     if read.rank > len(order) or (read.exact and read.rank != len(order)):
         return ""
+    if read.exact and _missing(read, order) and any(n in order for n in read.names if n):
+        return ""
     return None
+
+
+def _missing(read: ShapeRead, order: Sequence[str]) -> list[str]:
+    """The dimension names ``read`` unpacks that the shape ``order`` lacks."""
+    return [n for n in read.names if n is not None and n not in order]
 
 
 def _named(read: ShapeRead) -> str:
