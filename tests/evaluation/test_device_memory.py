@@ -32,6 +32,9 @@ class _Channel:
     def send(self, message: dict[str, Any]) -> None:
         self.sent.append(message)
 
+    def pending_bytes(self) -> bytes:  # nothing queued (a spare asks before it prepares)
+        return b""
+
 
 def test_a_runner_lets_go_of_the_arena_and_says_so_before_it_exits(tmp_path: Path) -> None:
     fd = os.memfd_create("arena")

@@ -16,24 +16,11 @@ import pytest
 import torch
 
 from tests.conftest import has_gpu
+from tests.evaluation.test_device_memory import _Channel
 from tuned.evaluation import EvaluationSettings, WorkerClient, worker
 from tuned.evaluation.runners import RunnerPool
 from tuned.outcomes import Candidate, Outcome, Provenance
 from tuned.registry import KernelSpec, load_entry
-
-
-class _Channel:
-    def __init__(self, messages: list[dict[str, Any]]) -> None:
-        self.messages, self.sent = messages, []  # type: list[dict[str, Any]]
-
-    def receive(self) -> dict[str, Any] | None:
-        return self.messages.pop(0) if self.messages else None
-
-    def send(self, message: dict[str, Any]) -> None:
-        self.sent.append(message)
-
-    def pending_bytes(self) -> bytes:
-        return b""
 
 
 def _runtime_error(*_: object) -> tuple[dict[str, Any], bool]:

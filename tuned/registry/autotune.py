@@ -35,6 +35,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from tuned.registry.bindings import parameters
 from tuned.registry.kernel_sources import dotted_name, module_statements
 from tuned.registry.spec import KnobValue
 
@@ -179,21 +180,18 @@ def _product(node: ast.Call, env: dict[str, object], consts: _Consts) -> list[ob
     """``itertools.product(A, B, ..., repeat=N)`` of literal lists, as the comprehension over
     nested ``for`` clauses it stands for (torchao: ``for (bm, bn), ns, nw in
     itertools.product(TILE_SHAPES, [1, 2, 3], [2, 4, 8])``)."""
-    lists = [_eval(a, env, consts) for a in node.args]
+    evaluated = [_eval(a, env, consts) for a in node.args]
+    lists = [x for x in evaluated if isinstance(x, list)]
     repeat: object = 1
     for keyword in node.keywords:
         if keyword.arg != "repeat":
             raise _Unreadable(f"`{ast.unparse(node)[:60]}`")
         repeat = _eval(keyword.value, env, consts)
-    if not (all(isinstance(x, list) for x in lists) and isinstance(repeat, int) and repeat >= 0):
+    if len(lists) != len(evaluated) or not (isinstance(repeat, int) and repeat >= 0):
         raise _Unreadable(f"`{ast.unparse(node)[:60]}`")
-    size = math.prod(len(x) for x in lists if isinstance(x, list)) ** repeat
-    if size > _MAX_CONFIGS:
+    if math.prod(len(x) for x in lists) ** repeat > _MAX_CONFIGS:
         raise _Unreadable("too many configurations")
-    return [
-        list(t)
-        for t in itertools.product(*(x for x in lists if isinstance(x, list)), repeat=repeat)
-    ]
+    return [list(t) for t in itertools.product(*lists, repeat=repeat)]
 
 
 def _statements(module: ast.Module) -> list[ast.stmt]:
@@ -492,15 +490,12 @@ def _defaults(fn: ast.FunctionDef) -> dict[str, object]:
     """What a call without arguments binds ``fn``'s parameters to: their literal defaults
     (``block_name="BLOCK_SIZE"``); a parameter without one, or with another default, is
     left unbound (reading it stops discovery)."""
-    args = [*fn.args.posonlyargs, *fn.args.args]
-    pairs = list(zip(args[len(args) - len(fn.args.defaults) :], fn.args.defaults, strict=True))
-    for arg, maybe in zip(fn.args.kwonlyargs, fn.args.kw_defaults, strict=True):
-        if maybe is not None:
-            pairs.append((arg, maybe))
     bound: dict[str, object] = {}
-    for arg, default in pairs:
+    for name, default in parameters(fn).items():
+        if default is None:
+            continue
         try:
-            bound[arg.arg] = ast.literal_eval(default)
+            bound[name] = ast.literal_eval(default)
         except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
             continue
     return bound

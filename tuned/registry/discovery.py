@@ -332,10 +332,8 @@ class _Finder:
         if kernel.autotune is None:
             wanted = ["num_warps", *(["num_stages"] if kernel.uses_dot else [])]
             for option in wanted:
-                if option in passed or (heuristic is not None and option in heuristic):
-                    continue  # a heuristic's value overrides the launch's (Triton's Heuristics)
-                if heuristic is None:
-                    continue  # heuristics discovery cannot read may set it (noted)
+                if option in passed or heuristic is None or option in heuristic:
+                    continue  # a heuristic's value (or one unread, noted) overrides the launch's
                 if opaque:
                     self.note(
                         call,

@@ -410,10 +410,8 @@ def imported_kernels(
                 local = alias.asname or alias.name
                 for name, fn in kernels(alias.name).items():
                     add(f"{local}.{name}", fn, alias.name)
-        origin = import_origin(stmt, within) if isinstance(stmt, ast.ImportFrom) else None
-        if origin is None:
+        if not isinstance(stmt, ast.ImportFrom) or (origin := import_origin(stmt, within)) is None:
             continue
-        assert isinstance(stmt, ast.ImportFrom)
         for alias in stmt.names:
             local = alias.asname or alias.name
             direct = kernels(origin).get(alias.name)
@@ -444,10 +442,8 @@ def with_imported_functions(
     within = package or _package(module, search)
     imported: list[ast.stmt] = []
     for stmt in tree.body:
-        origin = import_origin(stmt, within) if isinstance(stmt, ast.ImportFrom) else None
-        if origin is None:
+        if not isinstance(stmt, ast.ImportFrom) or (origin := import_origin(stmt, within)) is None:
             continue
-        assert isinstance(stmt, ast.ImportFrom)
         held = _parsed(_module_source(origin, sources, search))
         if held is None:
             continue

@@ -266,19 +266,14 @@ class _Stores(_KernelFacts):
     ``store``) write."""
 
     def own(self, call: ast.Call, env: _Env) -> frozenset[str] | None:
-        func = call.func
-        if isinstance(func, ast.Name) and (func.id == "store" or func.id.startswith("atomic_")):
-            attr, owner = func.id, "tl"
-        else:
-            attr = func.attr if isinstance(func, ast.Attribute) else ""
-            owner = dotted_name(func.value) if isinstance(func, ast.Attribute) else ""
-        if not (attr == "store" or attr.startswith("atomic_")):
+        name = _callee(call)
+        if not (name == "store" or name.startswith("atomic_")):
             return None
-        if owner in _LANGUAGE:  # tl.store(pointer, value)
+        if _is_language_call(call, (name,)):  # tl.store(pointer, value)
             pointer = _first_argument(call, ("pointer",))
             return _NONE if pointer is None else _pointee(pointer, env)
-        if isinstance(func, ast.Attribute):  # a tensor descriptor's desc.store(...)
-            return _pointee(func.value, env)
+        if isinstance(call.func, ast.Attribute):  # a tensor descriptor's desc.store(...)
+            return _pointee(call.func.value, env)
         return _NONE
 
 
@@ -288,9 +283,15 @@ _LOADED = "@"
 _POSITION_CALLS = frozenset({"make_block_ptr", "range", "static_range"})
 
 
+def _callee(call: ast.Call) -> str:
+    """The last name of what ``call`` calls (``store`` for ``tl.store``, ``desc.store``)."""
+    func = call.func
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+
+
 def _is_language_call(call: ast.Call, names: Collection[str]) -> bool:
-    """``tl.load(...)`` (or a bare ``load(...)`` imported from ``triton.language``) for
-    ``names`` holding ``"load"``."""
+    """A call of one of ``names`` from ``triton.language``: ``tl.load(...)``, or a bare
+    ``load(...)`` imported from it."""
     func = call.func
     if isinstance(func, ast.Name):
         return func.id in names
@@ -332,7 +333,7 @@ def _value_nodes(node: ast.expr) -> list[ast.AST]:
         n = stack.pop()
         if isinstance(n, (ast.Compare, ast.BoolOp, ast.Lambda)):
             continue
-        if isinstance(n, ast.Call) and dotted_name(n.func).rpartition(".")[2] in _POSITION_OF:
+        if isinstance(n, ast.Call) and _callee(n) in _POSITION_OF:
             continue
         out.append(n)
         stack.extend(ast.iter_child_nodes(n))
@@ -352,7 +353,7 @@ class _Indexes(_KernelFacts):
         return _values(node, env)
 
     def own(self, call: ast.Call, env: _Env) -> frozenset[str] | None:
-        short = dotted_name(call.func).rpartition(".")[2]
+        short = _callee(call)
         memory = short in ("load", "store") or short.startswith("atomic_")
         if memory and _is_language_call(call, (short,)):
             pointer = _first_argument(call, ("pointer",))
