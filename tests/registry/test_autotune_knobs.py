@@ -203,6 +203,94 @@ def heuristic_config(op):
     torch.testing.assert_close(_import(tmp_path, called, "ktuned_heur_call").run(x), x * 3)
 
 
+def test_heuristics_from_a_module_dict_and_named_functions_are_tuned(tmp_path: Path) -> None:
+    """``@triton.heuristics(HEURISTICS)`` of a module-level dict, and values that are functions
+    rather than lambdas (``"BLOCK_SIZE": _block``): they were left with a note, untuned. A
+    function is called by a wrapping lambda that transforms what it returns."""
+    start = HEURISTIC.index("@triton.heuristics(")
+    end = HEURISTIC.index("@triton.jit")
+    named = (
+        HEURISTIC[:start]
+        + textwrap.dedent(
+            """
+            def _block(args):
+                return triton.next_power_of_2(args["n"])
+
+
+            HEURISTICS = {"BLOCK_SIZE": _block, "EVEN": lambda args: args["n"] % 2 == 0}
+
+
+            @triton.heuristics(HEURISTICS)
+            """
+        )
+        + HEURISTIC[end:]
+    )
+    found = discover_source(named, "run")
+    assert found is not None
+    assert found.knobs == {"BLOCK_SIZE": ("x1", "x2"), "num_warps": (1, 2, 4, 8, 16)}
+    assert not found.notices
+    assert materialize(named, "run", found.baseline)[0] is named
+    variant, _ = materialize(named, "run", {"BLOCK_SIZE": "x2", "num_warps": 4})
+    assert (
+        '{"BLOCK_SIZE": (lambda _ktuned_f: lambda _ktuned_args: '
+        "min(_ktuned_f(_ktuned_args) * 2, 65536))(_block)," in variant
+    )
+    copy = _import(tmp_path, variant, "ktuned_heur_named")
+    assert copy._row.values["BLOCK_SIZE"]({"n": 37}) == 128  # next_power_of_2(37) * 2
+    assert copy._row.values["EVEN"]({"n": 37}) is False
+    x = torch.randn(2, 37)
+    torch.testing.assert_close(copy.run(x), x * 3)
+
+
+SHARED_HEURISTICS = """
+import torch
+import triton
+import triton.language as tl
+
+HEURISTICS = {"BLOCK_SIZE": lambda args: triton.next_power_of_2(args["n"])}
+
+
+@triton.heuristics(HEURISTICS)
+@triton.jit
+def _a(x_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK_SIZE)
+    v = tl.load(x_ptr + row * n + offs, mask=offs < n)
+    tl.store(out_ptr + row * n + offs, v * 3, mask=offs < n)
+
+
+@triton.heuristics(HEURISTICS)
+@triton.jit
+def _b(x_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK_SIZE)
+    v = tl.load(x_ptr + row * n + offs, mask=offs < n)
+    tl.store(out_ptr + row * n + offs, v * 2, mask=offs < n)
+
+
+def run(x):
+    out = torch.empty_like(x)
+    out2 = torch.empty_like(x)
+    _a[(x.shape[0],)](x, out, x.shape[1])
+    _b[(x.shape[0],)](out, out2, x.shape[1])
+    return out2
+"""
+
+
+def test_a_heuristics_dict_two_kernels_share_is_one_knob_reaching_both(tmp_path: Path) -> None:
+    """One dict, one site: a knob per kernel would edit the same lambda twice."""
+    found = discover_source(SHARED_HEURISTICS, "run")
+    assert found is not None
+    assert found.knobs["_a.BLOCK_SIZE"] == ("x1", "x2")
+    assert found.reach["_a.BLOCK_SIZE"] == {"_a", "_b"}
+    assert "_b.BLOCK_SIZE" not in found.knobs
+    variant, _ = materialize(SHARED_HEURISTICS, "run", {"_a.BLOCK_SIZE": "x2"})
+    assert variant.count('min((triton.next_power_of_2(args["n"])) * 2, 65536)') == 1
+    copy = _import(tmp_path, variant, "ktuned_heur_shared")
+    x = torch.randn(3, 21)
+    torch.testing.assert_close(copy.run(x), x * 6)
+
+
 def test_a_pinned_config_keeps_the_configs_hooks(tmp_path: Path) -> None:
     source = AUTOTUNED.replace(
         'triton.Config({"BLOCK": 128}, num_warps=4)',
@@ -431,6 +519,12 @@ def test_a_library_autotuner_called_with_configs_and_key_is_one_whatever_its_nam
     assert config.kwargs == {"BLOCK": 256} and config.num_warps == 2
     x = torch.randn(1000)
     torch.testing.assert_close(copy.run(x), x * 3)
+    # Configs it cannot read get a note naming the decorator as written, not Triton's.
+    unread = library.replace("configs=[", "configs=load_configs('scale') or [", 1)
+    found = discover_source(unread, "run")
+    assert found is not None and "BLOCK" not in found.knobs
+    (note,) = [n.reason for n in found.notices]
+    assert "its @tuner configs could not be read" in note, note
 
 
 def test_configs_discovery_cannot_read_get_a_note_that_says_where_and_what_to_do() -> None:

@@ -23,7 +23,9 @@ source unchanged, so the autotuner's own pick is what candidates are measured ag
 **Heuristics.** A ``@triton.heuristics({"BLOCK": lambda args: ...})`` value whose key is a
 block size (or ``num_warps``) of the kernel is a knob whose values scale the heuristic's own
 value (``x2``: the lambda's body is wrapped as ``min((body) * 2, 65536)``), so it stays a
-function of the shape. Keys that are flags (``EVEN_K: lambda args: ...``) are never knobs.
+function of the shape; a value that is a function (``"BLOCK": _block``) is wrapped in a lambda
+that transforms what it returns, and a module-level dict (``@triton.heuristics(HEURISTICS)``)
+is read where it is bound. Keys that are flags (``EVEN_K: lambda args: ...``) are never knobs.
 """
 
 from __future__ import annotations
@@ -634,13 +636,15 @@ def autotune_space(
     node = next((k.value for k in decorator.keywords if k.arg == "configs"), None)
     if node is None and decorator.args:
         node = decorator.args[0]
+    # Named as written: a library's own autotuner (FlagGems' @libtuner) is not Triton's.
+    shown = f"@{dotted_name(decorator.func) or 'triton.autotune'}"
     if node is None:
-        return "its @triton.autotune has no configs"
+        return f"its {shown} has no configs"
     try:
         func, configs, extra = _configs(node, module)
     except _Unreadable as exc:
         return (
-            f"its @triton.autotune configs could not be read without running the module "
+            f"its {shown} configs could not be read without running the module "
             f"(discovery reads a list of triton.Config, a comprehension over literal lists, a "
             f"module-level list, list + list, or a function that appends Configs in for "
             f"loops over literals or returns such lists, NVIDIA's side of an `if is_cuda()`); "
@@ -649,7 +653,7 @@ def autotune_space(
     keys = list(dict.fromkeys(k for c in configs for k in c if k not in _OPTIONS))
     missing = [k for k in keys if any(k not in c for c in configs)]
     if missing:
-        return f"its @triton.autotune configs do not all set {', '.join(missing)}"
+        return f"its {shown} configs do not all set {', '.join(missing)}"
     return AutotuneSpace(
         kernel=kernel,
         configs_node=node,

@@ -55,6 +55,7 @@ from tuned.registry.kernel_sources import (
     launcher_functions,
     located_source,
     module_functions,
+    module_statements,
     with_imported_functions,
 )
 from tuned.registry.knob_values import (
@@ -108,7 +109,9 @@ class Site:
     launch ``node`` gets ``target=value``), ``rebind`` (after statement ``node``, or before it
     when ``before``, ``target = transform(target)`` is inserted), ``wrap`` (expression ``node``
     is replaced by its transform), ``autotune`` (the configs ``node`` becomes one config),
-    ``heuristic`` (the lambda body ``node`` is replaced by its transform).
+    ``heuristic`` (the lambda body ``node`` is replaced by its transform), ``heuristic_call``
+    (a heuristic's function ``node`` is wrapped: ``(lambda f: lambda args: transform(f(args)))
+    (node)``).
     """
 
     knob: str
@@ -496,6 +499,11 @@ class _Finder:
         call = kernel.heuristics
         values = call.args[0] if call.args else None
         values = next((k.value for k in call.keywords if k.arg == "values"), values)
+        shared = ""  # the module-level name of a dict several kernels may share
+        if isinstance(values, ast.Name):  # HEURISTICS = {...} at module level
+            bound = None if self.tree is None else _module_dict(self.tree, values.id)
+            if bound is not None:
+                shared, values = values.id, bound
         if not isinstance(values, ast.Dict):
             shown = ast.unparse(values)[:60] if values is not None else "nothing"
             self.note(
@@ -516,12 +524,12 @@ class _Finder:
             rule = knob_rule({target}, 1)
             if rule not in ("block", "warps") or not self.performance(kernel, target):
                 continue
-            if not isinstance(v, ast.Lambda):
-                self.note(v, f"{kernel.name}: heuristic {target} is not a lambda; not tuned")
-                continue
-            key = ("heuristic", kernel.name, target)
-            use = self.use(key, target, "heuristic", kernel.name)
-            use.nodes = [(v.body, False)]
+            # A lambda's body is transformed in place; any other value (a function of the
+            # module or imported, `functools.partial(...)`) is called by a wrapping lambda.
+            form = "heuristic" if isinstance(v, ast.Lambda) else "heuristic_call"
+            key = ("heuristic", shared or kernel.name, target)
+            use = self.use(key, target, form, kernel.name)
+            use.nodes = [(v.body if isinstance(v, ast.Lambda) else v, False)]
             self.feed(use, kernel, target, grid)
         return names
 
@@ -553,7 +561,7 @@ class _Finder:
             if use.form != "param":
                 name = _unique(name, taken, use.scope)
             taken.add(name)
-            scale = use.form in ("rebind", "wrap", "heuristic")
+            scale = use.form in ("rebind", "wrap", "heuristic", "heuristic_call")
             if use.form in ("rebind", "wrap") and rule == "block" and not use.shrink:
                 read = _dimension_read(use)
                 if read:  # BLOCK_DMODEL=Lk with Lk = k.shape[-1]: the dimension itself
@@ -661,6 +669,21 @@ def _caller_value(
         if knob_rule({value.id}, 1) is not None:
             return False
     return True
+
+
+def _module_dict(tree: ast.Module, name: str) -> ast.Dict | None:
+    """The literal dict ``name`` is bound to once at module level (``HEURISTICS = {...}``),
+    or None (bound otherwise, or more than once)."""
+    found: list[ast.expr | None] = []
+    for stmt in module_statements(tree):
+        targets = getattr(stmt, "targets", [getattr(stmt, "target", None)])
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and any(
+            isinstance(t, ast.Name) and t.id == name for t in targets
+        ):
+            found.append(stmt.value)
+    if len(found) == 1 and isinstance(found[0], ast.Dict):
+        return found[0]
+    return None
 
 
 def _dimension_read(use: _Use) -> str:

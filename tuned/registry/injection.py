@@ -185,6 +185,10 @@ def _apply(text: _Text, sites: list[Site], value: KnobValue, pins: _Pins) -> Non
             _statement(text, site, value)
         elif site.form in ("wrap", "heuristic"):
             text.replace(site.node, transform_text(f"({text.segment(site.node)})", value, site))
+        elif site.form == "heuristic_call":  # evaluated once, where the dict was
+            body = transform_text("_ktuned_f(_ktuned_args)", value, site)
+            wrapped = f"(lambda _ktuned_f: lambda _ktuned_args: {body})"
+            text.replace(site.node, f"{wrapped}({text.segment(site.node)})")
         else:
             raise InjectionError(f"knob {site.knob}: unknown site form {site.form!r}")
 
