@@ -505,6 +505,35 @@ def test_an_op_calling_a_launcher_of_another_module_is_told_which_to_register() 
     assert "`ktuned registry add pkg.kernels.act.act_launcher`" in reason
 
 
+def test_an_op_applying_an_imported_autograd_function_is_told_which_to_register() -> None:
+    """Liger's functional API: ``liger_rms_norm`` only returns
+    ``LigerRMSNormFunction.apply(...)``, imported from its ops module; the note said only
+    "declare knobs". Also ``import pkg.kernels as K`` and ``K.launch(...)``."""
+    source = HEADER + textwrap.dedent(
+        """
+        from pkg.ops.rms import RMSFunction
+        import pkg.kernels.act as K
+
+
+        def rms(x, w):
+            return RMSFunction.apply(x, w)
+
+
+        def act(x):
+            return K.act_launcher(x)
+        """
+    )
+    found = discover_source(source, "rms", "pkg.functional")
+    assert found is not None and found.knobs == {}
+    reason = " ".join(n.reason for n in found.notices)
+    assert "it calls RMSFunction.apply (from pkg.ops.rms)" in reason, reason
+    assert "`ktuned registry add pkg.ops.rms.RMSFunction.apply`" in reason, reason
+    found = discover_source(source, "act", "pkg.functional")
+    assert found is not None
+    reason = " ".join(n.reason for n in found.notices)
+    assert "`ktuned registry add pkg.kernels.act.act_launcher`" in reason, reason
+
+
 def test_the_launcher_to_register_instead_is_never_torch_or_triton_s_own() -> None:
     """A decorator (``@triton_op``) and framework helpers (``triton.cdiv``) are no launcher
     to register instead: the note said ``ktuned registry add torch.library.triton_op`` and

@@ -381,6 +381,68 @@ def test_add_checks_an_autograd_functions_gradients(tmp_path: Path) -> None:
     assert_tunes(tmp_path / "registry" / "double", "double", tmp_path)
 
 
+_FUNCTIONAL = textwrap.dedent(
+    """
+    import torch
+
+    import userfns.ops as ops
+    from userfns.ops import Double
+
+
+    def double(x):
+        \"\"\"The public op: the Function's apply, arguments unchanged.\"\"\"
+        return Double.apply(x)
+
+
+    def double_twice(x):
+        return Double.apply(Double.apply(x))
+
+
+    def triple(x, BLOCK=128):
+        return ops._launch(x, 3.0, BLOCK)
+    """
+)
+
+
+def test_add_registers_the_launcher_a_thin_wrapper_hands_its_arguments_to(tmp_path: Path) -> None:
+    """Liger's functional API (``liger_rms_norm`` returns ``LigerRMSNormFunction.apply(X, W,
+    eps, ...)``, imported from its ops module): the wrapper's entry found no knob, since its
+    kernels are launched in another module. A wrapper that passes its arguments unchanged is
+    registered as the launcher it calls; anything more stays the wrapper, with the note."""
+    user_package(tmp_path, "userfns", "ops", _FUNCTIONS)
+    (tmp_path / "userfns" / "functional.py").write_text(_FUNCTIONAL)
+    said = {}
+    for launcher in ("double", "double_twice", "triple"):
+        added = ktuned(
+            "registry",
+            "add",
+            f"userfns.functional.{launcher}",
+            "--shape",
+            "N=3000",
+            "--dtype",
+            "float32",
+            "--out",
+            tmp_path / "registry",
+            path=tmp_path,
+        )
+        assert added.returncode == 0, added.stderr
+        said[launcher] = added.stdout
+    assert (
+        "note: userfns.functional.double passes its arguments unchanged to "
+        "userfns.ops.Double.apply, whose module launches the kernels" in said["double"]
+    ), said["double"]
+    double = (tmp_path / "registry" / "double" / "kernel.yaml").read_text()
+    assert "launcher: userfns.ops.Double.apply\n" in double, double
+    assert "\nbackward: true\n" in double, double
+    check = ktuned("registry", "check", tmp_path / "registry" / "double", path=tmp_path)
+    assert check.returncode == 0 and "knob   BLOCK:" in check.stdout, check.stdout
+    # Not a pass-through: the wrapper composes calls, or passes a literal of its own.
+    for name in ("double_twice", "triple"):
+        yaml = (tmp_path / "registry" / name / "kernel.yaml").read_text()
+        assert f"launcher: userfns.functional.{name}\n" in yaml, yaml
+        assert "passes its arguments unchanged" not in said[name]
+
+
 KEYWORD_OUT_SOURCE = """
 import torch
 import triton

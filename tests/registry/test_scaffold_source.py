@@ -617,3 +617,25 @@ def _import_entry(directory: Path) -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def test_an_attribute_read_under_an_isinstance_test_does_not_make_a_tensor_an_object() -> None:
+    """Liger's forwards read ``X.full_tensor()`` under ``if isinstance(X, DTensor):``: the
+    input was asked for as "an object" (a TODO), though a plain tensor skips that branch.
+    An attribute read outside such a test still asks."""
+    import ast
+
+    from tuned.registry.scaffold_source import object_params
+
+    fn = ast.parse(
+        textwrap.dedent(
+            """
+            def forward(ctx, X, W, layer):
+                if isinstance(X, DTensor) and X.device_mesh is not None:
+                    X = X.full_tensor()
+                return layer.weight * X * W
+            """
+        )
+    ).body[0]
+    assert isinstance(fn, ast.FunctionDef)
+    assert object_params(fn) == {"layer": "weight"}

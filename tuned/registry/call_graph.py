@@ -84,11 +84,18 @@ def imported_callees(
 ) -> list[tuple[str, str]]:
     """(name, module) of the functions ``scanned`` calls in their bodies that ``module``
     imports with ``from MODULE import name`` (relative imports resolved against ``module``; an
-    entry's file, ``*.py``, keeps them as written); PyTorch's and Triton's own left out."""
+    entry's file, ``*.py``, keeps them as written), also ``Fn.apply(...)`` of an imported
+    class (name ``Fn.apply``) and ``K.launch(...)`` of ``import pkg.kernels as K``;
+    PyTorch's and Triton's own left out."""
     if tree is None:
         return []
     origin: dict[str, str] = {}
+    modules: dict[str, str] = {}  # import pkg.kernels as K: K -> pkg.kernels
     for stmt in module_statements(tree):
+        if isinstance(stmt, ast.Import):
+            for alias in stmt.names:
+                if alias.asname:
+                    modules[alias.asname] = alias.name
         if isinstance(stmt, ast.ImportFrom):
             base = stmt.module or ""
             if stmt.level and module.endswith(".py"):  # an entry's file: as written
@@ -104,12 +111,23 @@ def imported_callees(
         for node in ast.walk(fn):
             if id(node) in decorators:
                 continue
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-                full = origin.get(node.func.id)
-                if full is not None and node.func.id not in kernels:
-                    name_module, name = full.rsplit(".", 1)
-                    if name_module.split(".")[0] in FRAMEWORKS:
-                        continue  # triton.cdiv, torch.library.wrap_triton: not a launcher
-                    if (name, name_module) not in out:
-                        out.append((name, name_module))
+            if not isinstance(node, ast.Call):
+                continue
+            func, found = node.func, None
+            if isinstance(func, ast.Name) and func.id in origin and func.id not in kernels:
+                found = origin[func.id].rsplit(".", 1)  # f(...) of `from pkg.m import f`
+            elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+                held = func.value.id
+                if held in origin and held not in kernels:  # Fn.apply(...) of an imported Fn
+                    where, _, cls = origin[held].rpartition(".")
+                    found = [where, f"{cls}.{func.attr}"]
+                elif held in modules:  # K.launch(...) of `import pkg.kernels as K`
+                    found = [modules[held], func.attr]
+            if found is None or not found[0]:
+                continue
+            name_module, name = found
+            if name_module.split(".")[0] in FRAMEWORKS:
+                continue  # triton.cdiv, torch.library.wrap_triton: not a launcher
+            if (name, name_module) not in out:
+                out.append((name, name_module))
     return out

@@ -83,6 +83,7 @@ __all__ = [
     "discover_knobs",
     "discover_source",
     "knob_rule",
+    "launches_knobs",
     "scale_values",
 ]
 
@@ -229,7 +230,7 @@ class _Finder:
             todo = "declare knobs in kernel.yaml"
             if elsewhere:
                 shown = ", ".join(f"{name} (from {origin})" for name, origin in elsewhere)
-                read = {f"{o}.{n}": _launches_knobs(f"{o}.{n}") for n, o in elsewhere}
+                read = {f"{o}.{n}": launches_knobs(f"{o}.{n}") for n, o in elsewhere}
                 # those that launch a kernel with a knob, else those that could not be read
                 launching = [d for d, v in read.items() if v] or [
                     d for d, v in read.items() if v is None
@@ -742,11 +743,11 @@ def _unique(name: str, taken: set[str], scope: str) -> str:
     return candidate
 
 
-#: Set while :func:`_launches_knobs` discovers a callee: its own notes follow nothing further.
+#: Set while :func:`launches_knobs` discovers a callee: its own notes follow nothing further.
 _FOLLOWING: contextvars.ContextVar[bool] = contextvars.ContextVar("following", default=False)
 
 
-def _launches_knobs(dotted: str) -> bool | None:
+def launches_knobs(dotted: str) -> bool | None:
     """Whether the function at ``dotted`` (a module on the import path, read, never imported)
     launches kernels with a discovered knob itself or through its module's functions; None
     when its module cannot be read (not on the path, too large, not text)."""

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from tuned.errors import BadInputError
+from tuned.registry.discovery import launches_knobs
 from tuned.registry.kernel_sources import only_raises
 from tuned.registry.scaffold_source import (
     ShapeRead,
@@ -184,6 +185,72 @@ def _resolve(path: str) -> Any:
         "directory that holds it (and make it importable for the worker: installed, or on "
         "PYTHONPATH)"
     )
+
+
+def forwarded_to(target: Any) -> tuple[str, Any] | None:
+    """(dotted path, object) of the launcher a thin wrapper ``target`` hands its arguments
+    to unchanged, ``return Fn.apply(x, w, eps)`` or ``return K.launch(x, w, eps)`` with
+    its own parameters in order and every default the callee's (Liger's
+    ``liger_rms_norm`` returns ``LigerRMSNormFunction.apply(X, W, eps, ...)``); None for
+    anything else. Calling the callee is then calling the wrapper."""
+    if not inspect.isfunction(target):
+        return None
+    fn = _launcher_def(target)
+    body = list(fn.body) if fn is not None else []
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]  # a docstring
+    if len(body) != 1 or not isinstance(body[0], ast.Return):
+        return None
+    call = body[0].value
+    if not isinstance(call, ast.Call) or any(isinstance(a, ast.Starred) for a in call.args):
+        return None
+    params = list(inspect.signature(target).parameters.values())
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
+        return None
+    positional = [a.id if isinstance(a, ast.Name) else "" for a in call.args]
+    keywords = {k.arg: k.value for k in call.keywords}
+    if any(not isinstance(v, ast.Name) or v.id != k for k, v in keywords.items()):
+        return None  # a keyword passed another value (or **kwargs)
+    if positional != [p.name for p in params[: len(positional)]]:
+        return None
+    if sorted(keywords) != sorted(p.name for p in params[len(positional) :]):  # type: ignore[type-var]
+        return None
+    namespace = getattr(target, "__globals__", {})
+    func, callee = call.func, None
+    if isinstance(func, ast.Name):
+        callee = namespace.get(func.id)
+    elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+        held = namespace.get(func.value.id)
+        if held is not None and (
+            isinstance(held, types.ModuleType) or (func.attr == "apply" and isinstance(held, type))
+        ):
+            callee = getattr(held, func.attr, None)
+    owner = _function_class(callee) if callee is not None else None
+    if owner is not None:
+        where = f"{owner.__module__}.{owner.__qualname__}.apply"
+    elif inspect.isfunction(callee):
+        where = f"{callee.__module__}.{callee.__qualname__}"
+    else:
+        return None
+    if "<" in where:  # defined in a function: no importable path
+        return None
+    inner = _signature_params(callee)
+    if len(inner) < len(params) or any(p.kind == p.VAR_POSITIONAL for p in inner):
+        return None
+    by_name = {p.name: p for p in inner}
+    for i, p in enumerate(params):
+        other = inner[i] if i < len(positional) else by_name.get(p.name)
+        if other is None or (p.default is not p.empty and not _same(p.default, other.default)):
+            return None  # the wrapper's default is not the callee's: calling it differs
+    if any(p.default is p.empty for p in inner[len(params) :]):
+        return None
+    return where, callee
+
+
+def _same(a: object, b: object) -> bool:
+    """Equal defaults of plain types (anything else: not known to be the same)."""
+    plain = (bool, int, float, str, bytes, type(None))
+    return type(a) is type(b) and isinstance(a, plain) and a == b
 
 
 def _function_class(target: Any) -> Any:
@@ -733,6 +800,12 @@ def _entry_text(
     return "\n".join(head + [f"    {line}" for line in body]) + "\n"
 
 
+def _entry_name(path: str) -> str:
+    """The entry's directory name from the launcher's dotted path (``Fn.apply``: ``fn``)."""
+    last = path.split(".")[-1 if not path.endswith(".apply") else -2]
+    return re.sub(r"[^a-z0-9_-]+", "-", last.lower()).strip("-")
+
+
 def add_entry(
     path: str,
     shapes: Sequence[Mapping[str, int]],
@@ -772,6 +845,15 @@ def add_entry(
             "the module too: tune where that import succeeds (e.g. on the GPU machine)"
         )
     else:
+        forwarded = forwarded_to(target)
+        if forwarded is not None and not launches_knobs(path) and launches_knobs(forwarded[0]):
+            name = name or _entry_name(path)
+            note = (
+                f"{path} passes its arguments unchanged to {forwarded[0]}, whose module "
+                "launches the kernels: the entry registers that launcher (kernels launched "
+                "in another module are tuned through a launcher of their own module)"
+            )
+            path, target = forwarded
         fn = _launcher_def(target)
         read = None
         if fn is not None and only_raises(fn):  # `else: def op(...): raise ...` was bound
@@ -797,9 +879,7 @@ def add_entry(
         axes = axis_params(fn) if fn is not None else {}
         objects = object_params(fn) if fn is not None else {}
         reads = reads_through_calls(target, fn) if fn is not None else {}
-    entry_name = name or re.sub(
-        r"[^a-z0-9_-]+", "-", path.split(".")[-1 if not path.endswith(".apply") else -2].lower()
-    ).strip("-")
+    entry_name = name or _entry_name(path)
     directory = out / entry_name
     if (directory / "kernel.yaml").exists():
         raise BadInputError(f"{directory / 'kernel.yaml'} exists already; choose --name or --out")

@@ -302,6 +302,14 @@ def object_params(fn: ast.FunctionDef) -> dict[str, str]:
     import torch
 
     names = {a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]}
+    # Reads under `if isinstance(X, DTensor): X = X.full_tensor()` (Liger's tensor-parallel
+    # path) are of another type's attribute, taken only when X is one: X may still be a tensor.
+    guarded: set[tuple[int, str]] = set()
+    for branch in ast.walk(fn):
+        if isinstance(branch, ast.If):
+            tests = [v for n in ast.walk(branch.test) for v in _isinstance_of(n)]
+            for inner in (n for part in [branch.test, *branch.body] for n in ast.walk(part)):
+                guarded.update((id(inner), name) for name in tests)
     found: dict[str, str] = {}
     reads = [n for n in ast.walk(fn) if isinstance(n, ast.Attribute)]
     for node in sorted(reads, key=lambda n: (n.lineno, n.col_offset)):  # the first in source
@@ -309,9 +317,23 @@ def object_params(fn: ast.FunctionDef) -> dict[str, str]:
             isinstance(node.value, ast.Name)
             and node.value.id in names
             and not hasattr(torch.Tensor, node.attr)
+            and (id(node), node.value.id) not in guarded
         ):
             found.setdefault(node.value.id, node.attr)
     return found
+
+
+def _isinstance_of(node: ast.AST) -> list[str]:
+    """``[X]`` for ``isinstance(X, ...)``, else ``[]``."""
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "isinstance"
+        and node.args
+        and isinstance(node.args[0], ast.Name)
+    ):
+        return [node.args[0].id]
+    return []
 
 
 def _annotation(node: ast.expr | None) -> object:
