@@ -400,6 +400,14 @@ _FUNCTIONAL = textwrap.dedent(
 
     def triple(x, BLOCK=128):
         return ops._launch(x, 3.0, BLOCK)
+
+
+    def scaled(x, factor=3.0, BLOCK=128):
+        return ops._launch(x, factor, BLOCK)
+
+
+    def halved(x, factor=0.5):
+        return ops.scale_by(x, factor)
     """
 )
 
@@ -409,10 +417,11 @@ def test_add_registers_the_launcher_a_thin_wrapper_hands_its_arguments_to(tmp_pa
     eps, ...)``, imported from its ops module): the wrapper's entry found no knob, since its
     kernels are launched in another module. A wrapper that passes its arguments unchanged is
     registered as the launcher it calls; anything more stays the wrapper, with the note."""
-    user_package(tmp_path, "userfns", "ops", _FUNCTIONS)
+    scale_by = "\n\ndef scale_by(x, factor):\n    return _launch(x, factor, 256)\n"
+    user_package(tmp_path, "userfns", "ops", _FUNCTIONS + scale_by)
     (tmp_path / "userfns" / "functional.py").write_text(_FUNCTIONAL)
     said = {}
-    for launcher in ("double", "double_twice", "triple"):
+    for launcher in ("double", "double_twice", "triple", "scaled", "halved"):
         added = ktuned(
             "registry",
             "add",
@@ -436,8 +445,17 @@ def test_add_registers_the_launcher_a_thin_wrapper_hands_its_arguments_to(tmp_pa
     assert "\nbackward: true\n" in double, double
     check = ktuned("registry", "check", tmp_path / "registry" / "double", path=tmp_path)
     assert check.returncode == 0 and "knob   BLOCK:" in check.stdout, check.stdout
-    # Not a pass-through: the wrapper composes calls, or passes a literal of its own.
-    for name in ("double_twice", "triple"):
+    # A default of the wrapper that the callee lacks is passed by make_inputs, its own value.
+    halved = (tmp_path / "registry" / "halved" / "kernel.yaml").read_text()
+    assert "launcher: userfns.ops.scale_by\n" in halved, halved
+    assert (
+        "factor = 0.5  # the default of the wrapper registered"
+        in (tmp_path / "registry" / "halved" / "entry.py").read_text()
+    )
+    assert "make_inputs passes the wrapper's defaults factor=0.5" in said["halved"]
+    # Not a pass-through: the wrapper composes calls, or passes a literal of its own, or
+    # a default of its own for a knob (the tuner's to pass).
+    for name in ("double_twice", "triple", "scaled"):
         yaml = (tmp_path / "registry" / name / "kernel.yaml").read_text()
         assert f"launcher: userfns.functional.{name}\n" in yaml, yaml
         assert "passes its arguments unchanged" not in said[name]

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from tuned.errors import BadInputError
-from tuned.registry.discovery import launches_knobs
+from tuned.registry.discovery import knob_rule, launches_knobs
 from tuned.registry.kernel_sources import only_raises
 from tuned.registry.scaffold_source import (
     ShapeRead,
@@ -187,12 +187,24 @@ def _resolve(path: str) -> Any:
     )
 
 
-def forwarded_to(target: Any) -> tuple[str, Any] | None:
-    """(dotted path, object) of the launcher a thin wrapper ``target`` hands its arguments
-    to unchanged, ``return Fn.apply(x, w, eps)`` or ``return K.launch(x, w, eps)`` with
-    its own parameters in order and every default the callee's (Liger's
-    ``liger_rms_norm`` returns ``LigerRMSNormFunction.apply(X, W, eps, ...)``); None for
-    anything else. Calling the callee is then calling the wrapper."""
+@dataclass(frozen=True)
+class Forwarded:
+    """The launcher a thin wrapper hands its arguments to (:func:`forwarded_to`)."""
+
+    path: str  # its dotted path (``pkg.ops.Fn.apply``)
+    target: Any
+    #: The callee's parameters (by name) that make_inputs passes as the wrapper's defaults,
+    #: where the callee's own differ or it has none (``in_place=True``; ``dim=-1``).
+    pinned: Mapping[str, object]
+
+
+def forwarded_to(target: Any) -> Forwarded | None:
+    """The launcher a thin wrapper ``target`` hands its arguments to unchanged, ``return
+    Fn.apply(x, w, eps)`` or ``return K.launch(x, w, eps)``, its own parameters in order
+    (Liger's ``liger_rms_norm`` returns ``LigerRMSNormFunction.apply(X, W, eps, ...)``); a
+    default of the wrapper that the callee lacks or sets otherwise is pinned (passed by
+    make_inputs) when it is a plain value passed by position; None for anything else.
+    Calling the callee so is calling the wrapper."""
     if not inspect.isfunction(target):
         return None
     fn = _launcher_def(target)
@@ -238,13 +250,23 @@ def forwarded_to(target: Any) -> tuple[str, Any] | None:
     if len(inner) < len(params) or any(p.kind == p.VAR_POSITIONAL for p in inner):
         return None
     by_name = {p.name: p for p in inner}
+    differ: list[int] = []
     for i, p in enumerate(params):
         other = inner[i] if i < len(positional) else by_name.get(p.name)
-        if other is None or (p.default is not p.empty and not _same(p.default, other.default)):
-            return None  # the wrapper's default is not the callee's: calling it differs
+        if other is None:
+            return None
+        if p.default is not p.empty and not _same(p.default, other.default):
+            if i >= len(positional) or not _same(p.default, p.default):
+                return None  # passed by keyword, or not a plain value: not pinned
+            differ.append(i)
     if any(p.default is p.empty for p in inner[len(params) :]):
         return None
-    return where, callee
+    # Positional: every default up to the last that differs is passed (its own, as a value).
+    pinned = {inner[i].name: params[i].default for i in range(max(differ, default=-1) + 1)}
+    pinned = {k: v for k, v in pinned.items() if v is not inspect.Parameter.empty}
+    if any(knob_rule({k}, 1) is not None for k in pinned):
+        return None  # a knob (BLOCK=128) is the tuner's to pass, never an input
+    return Forwarded(path=where, target=callee, pinned=pinned)
 
 
 def _same(a: object, b: object) -> bool:
@@ -459,6 +481,7 @@ def _plan_inputs(
     indexes: Mapping[str, Sequence[str]] | None = None,
     sizes: frozenset[str] = frozenset(),
     axes: Mapping[str, bool] | None = None,
+    pinned: Mapping[str, object] | None = None,
 ) -> tuple[list[str], list[str], frozenset[str], list[str]]:
     """:func:`infer_inputs`, the parameters that are tensors, drawn or asked for at another
     rank (those a launcher's kernels can store into: :func:`_stored_outputs`), and the
@@ -468,7 +491,9 @@ def _plan_inputs(
     never drawn as floats; ``sizes``: parameters it passes as sizes
     (:func:`~tuned.registry.scaffold_source.size_params`): a dimension, or asked for;
     ``axes``: ``dim`` or ``axis`` parameters it uses as an axis, or as a list of them
-    (:func:`~tuned.registry.scaffold_source.axis_params`): the last one."""
+    (:func:`~tuned.registry.scaffold_source.axis_params`): the last one; ``pinned``:
+    parameters passed as these values (a thin wrapper's defaults, :class:`Forwarded`)."""
+    pinned = pinned or {}
     objects = objects or {}
     reads = reads or {}
     indexes = indexes or {}
@@ -502,14 +527,16 @@ def _plan_inputs(
             continue
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
-        if p.default is not p.empty:
+        if p.default is not p.empty and p.name not in pinned:
             continue  # the launcher's own default: left to it (or to knob discovery)
         lowered = p.name.lower()
         var = p.name  # the input's variable in make_inputs: never one of its own names
         while var in _LOCALS or (var != p.name and var in taken):
             var += "_"
         taken.add(var)
-        if p.name in dims:
+        if p.name in pinned:
+            lines.append(f"{var} = {pinned[p.name]!r}  # the default of the wrapper registered")
+        elif p.name in dims:
             lines.append(f'{var} = shape["{p.name}"]')
         elif p.name in flags:
             todo.append(f"{p.name} (a flag the launcher tests: choose the value production uses)")
@@ -828,6 +855,7 @@ def add_entry(
             raise BadInputError(f"--dtype {d!r} is not a dtype ktuned knows (e.g. float16)")
         canon.append(c)
     note = ""
+    pins: dict[str, object] = {}  # a thin wrapper's defaults its callee lacks (Forwarded)
     try:
         target: Any = _resolve(path)
     except _ImportFailed as failed:
@@ -846,14 +874,16 @@ def add_entry(
         )
     else:
         forwarded = forwarded_to(target)
-        if forwarded is not None and not launches_knobs(path) and launches_knobs(forwarded[0]):
+        if forwarded is not None and not launches_knobs(path) and launches_knobs(forwarded.path):
             name = name or _entry_name(path)
+            pinned = ", ".join(f"{k}={v!r}" for k, v in forwarded.pinned.items())
             note = (
-                f"{path} passes its arguments unchanged to {forwarded[0]}, whose module "
+                f"{path} passes its arguments unchanged to {forwarded.path}, whose module "
                 "launches the kernels: the entry registers that launcher (kernels launched "
                 "in another module are tuned through a launcher of their own module)"
+                + (f"; make_inputs passes the wrapper's defaults {pinned}" if pinned else "")
             )
-            path, target = forwarded
+            path, target, pins = forwarded.path, forwarded.target, dict(forwarded.pinned)
         fn = _launcher_def(target)
         read = None
         if fn is not None and only_raises(fn):  # `else: def op(...): raise ...` was bound
@@ -888,7 +918,7 @@ def add_entry(
 
     indexes = indexed_inputs(path)
     body, todo, tensors, keywords = _plan_inputs(
-        params, shapes[0], flags, objects, reads, indexes, sizes, axes
+        params, shapes[0], flags, objects, reads, indexes, sizes, axes, pins
     )
     (directory / "entry.py").write_text(
         _entry_text(path, params, body, todo, keywords), encoding="utf-8"
