@@ -481,3 +481,57 @@ def test_a_tensor_asked_for_at_its_rank_is_still_declared_where_written(site: Pa
     entry = _add(site, "rot3", ROTATE_3D, "negate_", {"B": 2, "H": 4, "L": 8, "D": 16})
     assert "q (the launcher reads it as 3-D" in (entry / "entry.py").read_text()
     assert "outputs: [q]" in (entry / "kernel.yaml").read_text()
+
+
+#: ``p`` and ``seed`` are numbers the kernel takes by value; ``x`` and ``w`` are memory (``w``
+#: only through a jit helper), ``alpha`` reaches an unknown call (left alone: maybe memory),
+#: ``unused`` is not used (``token_att_fwd2`` passes its ``B_Start_Loc`` tensor so).
+BY_VALUE = textwrap.dedent(
+    """
+    import torch
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def _weighted(W, offs, n):
+        return tl.load(W + offs, mask=offs < n)
+
+
+    @triton.jit
+    def _dropish(X, W, Out, n, p, seed, alpha, unused, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        x = tl.load(X + offs, mask=offs < n) * _weighted(W, offs, n)
+        keep = tl.rand(seed, offs) > p
+        y = tl.where(keep, x / (1 - p), 0.0)
+        y = mystery(y, alpha)
+        tl.store(Out + offs, y, mask=offs < n)
+
+
+    def dropish(x, w, p, seed, alpha, start_loc):
+        out = torch.empty_like(x)
+        n = x.numel()
+        _dropish[(triton.cdiv(n, 128),)](x, w, out, n, p, seed, alpha, start_loc, BLOCK=128)
+        return out
+    """
+)
+
+
+def test_add_asks_for_numbers_a_kernel_takes_by_value_instead_of_drawing_tensors(
+    site: Path,
+) -> None:
+    """FlagGems' dropout ``p`` and topk's ``k`` were drawn as tensors, and the originals failed
+    (a tensor passed where the kernel computes with a number)."""
+    from tuned.registry.stored_outputs import by_value_inputs
+
+    entry = _add(site, "dropish", BY_VALUE, "dropish", {"N": 256})
+    inputs = (entry / "entry.py").read_text()
+    for name in ("p", "seed"):
+        assert f"{name} (a number: _dropish takes it by value" in inputs, inputs
+        assert f"{name} = rand" not in inputs
+    for name in ("x", "w", "alpha", "start_loc"):  # memory, not ruled out, or unused
+        assert f'{name} = rand(shape["N"])' in inputs, inputs
+    assert by_value_inputs("dropish.dropish") == {
+        "p": ("_dropish",),
+        "seed": ("_dropish",),
+    }

@@ -482,6 +482,7 @@ def _plan_inputs(
     sizes: frozenset[str] = frozenset(),
     axes: Mapping[str, bool] | None = None,
     pinned: Mapping[str, object] | None = None,
+    numbers: Mapping[str, Sequence[str]] | None = None,
 ) -> tuple[list[str], list[str], frozenset[str], list[str]]:
     """:func:`infer_inputs`, the parameters that are tensors, drawn or asked for at another
     rank (those a launcher's kernels can store into: :func:`_stored_outputs`), and the
@@ -492,8 +493,12 @@ def _plan_inputs(
     (:func:`~tuned.registry.scaffold_source.size_params`): a dimension, or asked for;
     ``axes``: ``dim`` or ``axis`` parameters it uses as an axis, or as a list of them
     (:func:`~tuned.registry.scaffold_source.axis_params`): the last one; ``pinned``:
-    parameters passed as these values (a thin wrapper's defaults, :class:`Forwarded`)."""
+    parameters passed as these values (a thin wrapper's defaults, :class:`Forwarded`);
+    ``numbers``: parameters its kernels take by value, as numbers, with those kernels
+    (:func:`~tuned.registry.stored_outputs.by_value_inputs`): asked for, never drawn as
+    tensors, unless the launcher reads their shape."""
     pinned = pinned or {}
+    numbers = numbers or {}
     objects = objects or {}
     reads = reads or {}
     indexes = indexes or {}
@@ -575,6 +580,13 @@ def _plan_inputs(
         elif _scalar(p.annotation):  # annotated `int`, `float`, `bool`, `str`: never a tensor,
             # whatever its name says (gemlite's `W_nbits: int`, `channel_scale_mode: int`)
             todo.append(f"{p.name} ({_scalar(p.annotation)})")
+            continue
+        elif p.name in numbers and p.name not in reads:  # a kernel's scalar argument
+            kernels = ", ".join(numbers[p.name])
+            todo.append(
+                f"{p.name} (a number: {kernels} take{'s' if len(numbers[p.name]) == 1 else ''} "
+                "it by value, not as a tensor; choose the value production uses)"
+            )
             continue
         elif p.name in outputs:  # written by the launcher: zeros of the output's dtype
             lines.append(f"{var} = torch.zeros({full}, dtype={out_dtype}, device=device)")
@@ -914,11 +926,12 @@ def add_entry(
     if (directory / "kernel.yaml").exists():
         raise BadInputError(f"{directory / 'kernel.yaml'} exists already; choose --name or --out")
     directory.mkdir(parents=True, exist_ok=True)
-    from tuned.registry.stored_outputs import indexed_inputs
+    from tuned.registry.stored_outputs import by_value_inputs, indexed_inputs
 
     indexes = indexed_inputs(path)
+    numbers = by_value_inputs(path)
     body, todo, tensors, keywords = _plan_inputs(
-        params, shapes[0], flags, objects, reads, indexes, sizes, axes, pins
+        params, shapes[0], flags, objects, reads, indexes, sizes, axes, pins, numbers
     )
     (directory / "entry.py").write_text(
         _entry_text(path, params, body, todo, keywords), encoding="utf-8"

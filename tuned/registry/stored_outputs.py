@@ -52,7 +52,7 @@ from tuned.registry.kernel_sources import (
     module_functions,
 )
 
-__all__ = ["indexed_inputs", "inferred_outputs", "stored_outputs"]
+__all__ = ["by_value_inputs", "indexed_inputs", "inferred_outputs", "stored_outputs"]
 
 #: What a name may point into: parameter names (of the kernel or of the launcher).
 _Env = dict[str, frozenset[str]]
@@ -368,6 +368,57 @@ class _Indexes(_KernelFacts):
         return None
 
 
+class _Memory(_KernelFacts):
+    """The parameters a kernel uses as memory: the pointer of a load, store or atomic, a
+    block pointer's or descriptor's base, a descriptor's own ``load``/``store``."""
+
+    def own(self, call: ast.Call, env: _Env) -> frozenset[str] | None:
+        short = _callee(call)
+        memory = short in ("load", "store") or short.startswith("atomic_")
+        if memory and _is_language_call(call, (short,)):
+            pointer = _first_argument(call, ("pointer",))
+            return _NONE if pointer is None else _pointee(pointer, env)
+        if memory and isinstance(call.func, ast.Attribute):  # desc.load(...)
+            return _pointee(call.func.value, env)
+        if short in _POINTER_CALLS:
+            base = _first_argument(call, _POINTER_KEYWORDS)
+            return _NONE if base is None else _pointee(base, env)
+        return None
+
+
+#: Bare calls a number may be passed to in a kernel (anything else might take a pointer).
+_NUMBER_CALLS = frozenset({"min", "max", "abs", "int", "float", "range", "static_range"})
+
+
+class _ByValue(_KernelFacts):
+    """The parameters a kernel takes by value, as numbers: used, not ``tl.constexpr``, never
+    memory (:class:`_Memory`, through its jit helpers), no attribute of theirs read
+    (``X.dtype.element_ty``), never passed to a bare call other than the module's jit
+    helpers and Python's number builtins. Conservative: a parameter it cannot rule out as a
+    pointer is not one of them."""
+
+    def of(self, fn: ast.FunctionDef, depth: int = 0) -> frozenset[str]:
+        args = [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]
+        params = {a.arg for a in args if not is_constexpr(a.annotation)}
+        ruled_out = set(_Memory(self.jit).of(fn))
+        used = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id in params}
+        ruled_out |= params - used  # an unused parameter takes whatever production passes
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                ruled_out.add(node.value.id)
+            if isinstance(node, ast.Call) and not self._number_call(node.func):
+                passed = [*node.args, *(k.value for k in node.keywords)]
+                ruled_out.update(
+                    n.id for a in passed for n in ast.walk(a) if isinstance(n, ast.Name)
+                )
+        return frozenset(params - ruled_out)
+
+    def _number_call(self, func: ast.expr) -> bool:
+        """A call a number may be passed to: ``tl.exp``, ``libdevice.pow`` (attributes), the
+        module's jit helpers (followed by :class:`_Memory`) and Python's number builtins."""
+        return not isinstance(func, ast.Name) or func.id in self.jit or func.id in _NUMBER_CALLS
+
+
 def _pointee(node: ast.expr, env: _Env) -> frozenset[str]:
     """The kernel parameters a pointer expression may point into (see the module docstring)."""
     if isinstance(node, ast.Name):
@@ -502,6 +553,20 @@ def indexed_inputs(dotted: str) -> dict[str, tuple[str, ...]]:
     import path by file name (never imported); empty when it is not found or read."""
     found = located_source(dotted)
     return {} if found is None else _launcher_facts(found[3], found[1], _Indexes, None)
+
+
+def by_value_inputs(dotted: str) -> dict[str, tuple[str, ...]]:
+    """Launcher parameter -> the kernels that take it by value, as a number (:class:`_ByValue`),
+    for the launcher at the dotted path ``dotted`` (found on the import path by file name,
+    never imported), leaving out any parameter a kernel also uses as memory; empty when it
+    is not found or read. ``registry add`` asks for such a parameter's value instead of
+    drawing a tensor (FlagGems' dropout ``p``, a ``k``, an ``alpha``)."""
+    found = located_source(dotted)
+    if found is None:
+        return {}
+    numbers = _launcher_facts(found[3], found[1], _ByValue, None)
+    memory = _launcher_facts(found[3], found[1], _Memory, None)
+    return {p: kernels for p, kernels in numbers.items() if p not in memory}
 
 
 def _launcher_facts(
