@@ -964,3 +964,20 @@ def test_configs_of_an_annotated_module_level_list() -> None:
     space = found.sites["BLOCK"][0].autotune
     assert space is not None
     assert {(c["BLOCK"], c["num_warps"]) for c in space.configs} == {(128, 4), (512, 8)}
+
+
+def test_an_autotune_key_a_heuristic_sets_is_no_knob_of_the_configs() -> None:
+    """FlagGems' log_softmax: ``@triton.autotune`` over ``@triton.heuristics({"num_warps":
+    heur_num_warps, ...})``. Triton's autotuner passes the config's ``num_warps`` to the
+    heuristics, which set it again at every launch: as a config knob it timed the same code
+    five times. The heuristic's own value is the knob."""
+    source = AUTOTUNED.replace(
+        "@triton.jit",
+        "@triton.heuristics({'num_warps': _warps})\n@triton.jit",
+        1,
+    ).replace("@triton.autotune(", "def _warps(args):\n    return 4\n\n\n@triton.autotune(", 1)
+    found = discover_source(source, "run")
+    assert found is not None
+    assert found.baseline["BLOCK"] == AUTO and found.baseline["num_stages"] == AUTO
+    assert found.knobs["num_warps"] == ("/4", "/2", "x1", "x2", "x4"), found.knobs
+    assert found.baseline["num_warps"] == "x1"  # the heuristic's, not the configs'

@@ -201,6 +201,9 @@ class _Finder:
         self.module = module
         self.uses: dict[tuple[str, ...], _Use] = {}
         self.autotune_spaces: dict[str, AutotuneSpace] = {}
+        #: kernel -> what its @triton.heuristics set (read): under an autotuner, those keys
+        #: of its configs are overridden at every launch (Triton's Heuristics runs inside)
+        self.heuristic_sets: dict[str, set[str]] = {}
         self.result = Discovery()
         self.scanned: list[ast.FunctionDef] = []  # the launchers and what they call (run)
 
@@ -329,6 +332,8 @@ class _Finder:
         heuristic: set[str] | None = set()  # what its heuristics set (None: unknown)
         if kernel.heuristics is not None and not kernel.foreign:
             heuristic = self.heuristics(kernel, grid)
+            if heuristic is not None:
+                self.heuristic_sets.setdefault(kernel.name, set()).update(heuristic)
         passed = {name for name, _ in bound}
         for name, expr in bound:
             if name in kernel.constexprs or name in _LAUNCH_OPTIONS:
@@ -613,7 +618,10 @@ class _Finder:
     def autotune_knobs(self, use: _Use, taken: set[str], several: bool) -> None:
         kernel = next(iter(use.kernels))
         space = self.autotune_spaces[kernel]
+        overridden = self.heuristic_sets.get(kernel, set())
         for key in space.keys:
+            if key in overridden:  # a heuristic sets it after the config: a dead knob
+                continue
             seen = [c[key] for c in space.configs]
             rule = knob_rule({key}, seen[0])
             if rule == "block":
