@@ -442,6 +442,10 @@ def test_add_registers_the_launcher_a_thin_wrapper_hands_its_arguments_to(tmp_pa
     ), said["double"]
     double = (tmp_path / "registry" / "double" / "kernel.yaml").read_text()
     assert "launcher: userfns.ops.Double.apply\n" in double, double
+    assert double.startswith(
+        "# Written by `ktuned registry add userfns.functional.double`.\n"
+        "# userfns.functional.double hands its arguments unchanged to userfns.ops.Double.apply,"
+    ), double
     assert "\nbackward: true\n" in double, double
     check = ktuned("registry", "check", tmp_path / "registry" / "double", path=tmp_path)
     assert check.returncode == 0 and "knob   BLOCK:" in check.stdout, check.stdout

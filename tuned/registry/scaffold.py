@@ -867,6 +867,7 @@ def add_entry(
             raise BadInputError(f"--dtype {d!r} is not a dtype ktuned knows (e.g. float16)")
         canon.append(c)
     note = ""
+    asked = path  # as the user gave it (a thin wrapper's callee is registered instead)
     pins: dict[str, object] = {}  # a thin wrapper's defaults its callee lacks (Forwarded)
     try:
         target: Any = _resolve(path)
@@ -940,8 +941,20 @@ def add_entry(
     for i, s in enumerate(shapes):
         dims = ", ".join(f"{k}: {v}" for k, v in s.items())
         rows.append(f"  - {{{dims}{', perf: true' if i == 0 else ''}}}")
+    forwarded_lines = (
+        []
+        if asked == path
+        else textwrap.wrap(
+            f"{asked} hands its arguments unchanged to {path}, the launcher registered "
+            "here (its module launches the kernels).",
+            width=92,
+            initial_indent="# ",
+            subsequent_indent="# ",
+        )
+    )
     yaml = [
-        f"# Written by `ktuned registry add {path}`.",
+        f"# Written by `ktuned registry add {asked}`.",
+        *forwarded_lines,
         "# The launcher is used as it is; without a reference, its own outputs (at its",
         "# defaults) are the reference; without knobs, they are discovered: `ktuned",
         "# registry check` prints the space. A launcher that writes its results into",
@@ -1004,7 +1017,10 @@ def add_entry(
         yaml.append(f"outputs: [{', '.join(outputs)}]  # the launcher {why}")
     elif writes:
         todo.append("outputs (the launcher returns nothing: list the arguments it writes)")
-        yaml.insert(5, "# TODO: the launcher returns nothing; name what it writes, e.g.")
-        yaml.insert(6, "# outputs: [out]")
+        at = 5 + len(forwarded_lines)  # after the header comment
+        yaml[at:at] = [
+            "# TODO: the launcher returns nothing; name what it writes, e.g.",
+            "# outputs: [out]",
+        ]
     (directory / "kernel.yaml").write_text("\n".join(yaml) + "\n", encoding="utf-8")
     return AddedEntry(directory=directory, name=entry_name, todo=tuple(todo), note=note)
