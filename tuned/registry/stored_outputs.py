@@ -33,6 +33,12 @@ offsets, or in a loop's bounds (``range(0, seq_len, BLOCK)``). Such an argument 
 tensor of offsets, lengths or indices (vLLM- and LightLLM-style attention, KV-cache copies,
 embeddings): ``registry add`` asks for its values instead of drawing floats, which Triton
 refuses in pointer arithmetic ("invalid operands of type pointer<fp32> and float32").
+
+And the arguments the kernels take by value, as numbers (:func:`by_value_inputs`): a kernel
+parameter that is used, not ``tl.constexpr``, never memory (no load, store, atomic, block
+pointer or descriptor of it, through its jit helpers too), no attribute of it read and passed
+to no unknown call: a dropout's ``p``, a ``seed``, a ``sliding_window``. Drawn as a tensor,
+the kernel would get a pointer where it computes with a number; ``registry add`` asks for it.
 """
 
 from __future__ import annotations
