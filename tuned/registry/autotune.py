@@ -48,6 +48,7 @@ __all__ = [
     "autotune_values",
     "config_text",
     "config_values",
+    "module_bound",
     "nvidia_branch",
 ]
 
@@ -591,6 +592,22 @@ def _function(name: str, module: ast.Module | None) -> ast.FunctionDef | None:
     return defs[-1] if defs else None
 
 
+def module_bound(module: ast.Module, name: str) -> list[ast.expr]:
+    """The values ``name`` is bound to at module level, in source order, NVIDIA's side of a
+    platform test only (:func:`_statements`): ``CONFIGS = [...]``, also annotated,
+    ``CONFIGS: list[triton.Config] = [...]``."""
+    return [
+        s.value
+        for s in _statements(module)
+        if isinstance(s, (ast.Assign, ast.AnnAssign))
+        and s.value is not None
+        and any(
+            isinstance(t, ast.Name) and t.id == name
+            for t in (s.targets if isinstance(s, ast.Assign) else [s.target])
+        )
+    ]
+
+
 def _resolved(node: ast.expr, module: ast.Module | None) -> ast.expr:
     """``CONFIGS`` (a module-level list) or ``get_configs()`` (a module function that only
     returns one) followed to the expression that holds the configurations, a few steps deep;
@@ -599,16 +616,7 @@ def _resolved(node: ast.expr, module: ast.Module | None) -> ast.expr:
         return node
     for _ in range(4):
         if isinstance(node, ast.Name):
-            bound = [  # CONFIGS = [...], also annotated: CONFIGS: list[triton.Config] = [...]
-                s.value
-                for s in _statements(module)
-                if isinstance(s, (ast.Assign, ast.AnnAssign))
-                and s.value is not None
-                and any(
-                    isinstance(t, ast.Name) and t.id == node.id
-                    for t in (s.targets if isinstance(s, ast.Assign) else [s.target])
-                )
-            ]
+            bound = module_bound(module, node.id)
             if not bound:
                 return node
             node = bound[-1]

@@ -37,7 +37,13 @@ import contextvars
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from tuned.registry.autotune import AUTO, AutotuneSpace, autotune_space, autotune_values
+from tuned.registry.autotune import (
+    AUTO,
+    AutotuneSpace,
+    autotune_space,
+    autotune_values,
+    module_bound,
+)
 from tuned.registry.bindings import (
     Local,
     caller_input,
@@ -55,7 +61,6 @@ from tuned.registry.kernel_sources import (
     launcher_functions,
     located_source,
     module_functions,
-    module_statements,
     with_imported_functions,
 )
 from tuned.registry.knob_values import (
@@ -683,16 +688,8 @@ def _caller_value(
 def _module_dict(tree: ast.Module, name: str) -> ast.Dict | None:
     """The literal dict ``name`` is bound to once at module level (``HEURISTICS = {...}``),
     or None (bound otherwise, or more than once)."""
-    found: list[ast.expr | None] = []
-    for stmt in module_statements(tree):
-        targets = getattr(stmt, "targets", [getattr(stmt, "target", None)])
-        if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and any(
-            isinstance(t, ast.Name) and t.id == name for t in targets
-        ):
-            found.append(stmt.value)
-    if len(found) == 1 and isinstance(found[0], ast.Dict):
-        return found[0]
-    return None
+    found = module_bound(tree, name)
+    return found[0] if len(found) == 1 and isinstance(found[0], ast.Dict) else None
 
 
 def _dimension_read(use: _Use) -> str:

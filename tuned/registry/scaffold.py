@@ -28,6 +28,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import math
 import re
 import textwrap
 import types
@@ -256,7 +257,7 @@ def forwarded_to(target: Any) -> Forwarded | None:
         if other is None:
             return None
         if p.default is not p.empty and not _same(p.default, other.default):
-            if i >= len(positional) or not _same(p.default, p.default):
+            if i >= len(positional) or not _plain(p.default):
                 return None  # passed by keyword, or not a plain value: not pinned
             differ.append(i)
     if any(p.default is p.empty for p in inner[len(params) :]):
@@ -269,10 +270,17 @@ def forwarded_to(target: Any) -> Forwarded | None:
     return Forwarded(path=where, target=callee, pinned=pinned)
 
 
+def _plain(value: object) -> bool:
+    """A default make_inputs can write as a literal (and compare): no ``nan`` or ``inf``,
+    whose repr is no Python literal."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return isinstance(value, (bool, int, str, bytes, type(None)))
+
+
 def _same(a: object, b: object) -> bool:
     """Equal defaults of plain types (anything else: not known to be the same)."""
-    plain = (bool, int, float, str, bytes, type(None))
-    return type(a) is type(b) and isinstance(a, plain) and a == b
+    return type(a) is type(b) and _plain(a) and a == b
 
 
 def _function_class(target: Any) -> Any:

@@ -46,6 +46,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from tuned.registry.call_graph import CALL_DEPTH
 from tuned.registry.kernel_facts import is_constexpr, is_jit
@@ -406,7 +407,7 @@ class _ByValue(_KernelFacts):
     def of(self, fn: ast.FunctionDef, depth: int = 0) -> frozenset[str]:
         args = [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]
         params = {a.arg for a in args if not is_constexpr(a.annotation)}
-        ruled_out = set(_Memory(self.jit).of(fn))
+        ruled_out = set(self._memory.of(fn))
         used = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id in params}
         ruled_out |= params - used  # an unused parameter takes whatever production passes
         for node in ast.walk(fn):
@@ -418,6 +419,10 @@ class _ByValue(_KernelFacts):
                     n.id for a in passed for n in ast.walk(a) if isinstance(n, ast.Name)
                 )
         return frozenset(params - ruled_out)
+
+    @cached_property
+    def _memory(self) -> _Memory:
+        return _Memory(self.jit)
 
     def _number_call(self, func: ast.expr) -> bool:
         """A call a number may be passed to: ``tl.exp``, ``libdevice.pow`` (attributes), the
